@@ -1,0 +1,127 @@
+// Package database opens the gateway's store — PostgreSQL in production, an
+// embedded pure-Go SQLite file when no DATABASE_URL is set — and applies the
+// versioned schema migrations.
+package database
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Dialect names the SQL engine behind a *gorm.DB.
+type Dialect string
+
+// The dialects the gateway runs on.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// Options tune the connection pool. Zero values take the defaults.
+type Options struct {
+	MaxOpenConns int
+	MaxIdleConns int
+	Logger       *slog.Logger
+}
+
+// IsPostgresURL reports whether url names a PostgreSQL server.
+func IsPostgresURL(url string) bool {
+	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
+}
+
+// Open connects to url: a postgres:// URL, or else a path of a SQLite file.
+func Open(url string, opt Options) (*gorm.DB, error) {
+	cfg := &gorm.Config{
+		// Errors like duplicate keys come back as gorm.ErrDuplicatedKey, so
+		// stores never match driver error strings.
+		TranslateError: true,
+		// Every write the gateway makes is either a single statement or an
+		// explicit transaction; GORM's implicit per-write transaction would
+		// only add two round trips to the hot path.
+		SkipDefaultTransaction: true,
+		Logger:                 logger.Default.LogMode(logger.Silent),
+		NowFunc:                func() time.Time { return time.Now().UTC() },
+	}
+	if IsPostgresURL(url) {
+		cfg.PrepareStmt = true
+		db, err := gorm.Open(postgres.Open(url), cfg)
+		if err != nil {
+			return nil, fmt.Errorf("database: open postgres: %w", err)
+		}
+		sqlDB, err := db.DB()
+		if err != nil {
+			return nil, err
+		}
+		maxOpen := opt.MaxOpenConns
+		if maxOpen == 0 {
+			// A gateway request holds a connection only for single statements
+			// (never across a provider call), so a small pool per instance
+			// saturates PostgreSQL long before it queues.
+			maxOpen = 20
+		}
+		maxIdle := opt.MaxIdleConns
+		if maxIdle == 0 {
+			maxIdle = maxOpen
+		}
+		sqlDB.SetMaxOpenConns(maxOpen)
+		sqlDB.SetMaxIdleConns(maxIdle)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+		sqlDB.SetConnMaxLifetime(30 * time.Minute)
+		return db, nil
+	}
+	if dir := filepath.Dir(url); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("database: create %s: %w", dir, err)
+		}
+	}
+	dsn := url + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := gorm.Open(sqlite.Open(dsn), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: open sqlite %s: %w", url, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	// SQLite has one writer. One connection turns concurrent requests into a
+	// queue instead of "database is locked" errors; the embedded store is for
+	// a single development instance.
+	sqlDB.SetMaxOpenConns(1)
+	return db, nil
+}
+
+// DialectOf tells which engine db talks to.
+func DialectOf(db *gorm.DB) Dialect {
+	if db.Dialector.Name() == "postgres" {
+		return Postgres
+	}
+	return SQLite
+}
+
+// Ping checks that the database answers, for readiness probes.
+func Ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// Close closes the pool.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}

@@ -1,0 +1,163 @@
+package database
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// migration is one versioned schema change. SQL is written once with
+// placeholders for the few types the two engines spell differently, so both
+// schemas mean the same thing.
+type migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// migrations are applied in order and never edited once released: a change
+// is a new version.
+var migrations = []migration{
+	{1, "tenants", `
+CREATE TABLE tenants (
+	id               TEXT PRIMARY KEY,
+	name             TEXT NOT NULL,
+	status           TEXT NOT NULL,
+	default_provider TEXT NOT NULL,
+	created_at       {{ts}} NOT NULL,
+	updated_at       {{ts}} NOT NULL
+);
+CREATE INDEX tenants_created_idx ON tenants (created_at, id);
+CREATE TABLE tenant_credentials (
+	client_id   TEXT PRIMARY KEY,
+	tenant_id   TEXT NOT NULL REFERENCES tenants(id),
+	secret_hash {{bytes}} NOT NULL,
+	created_at  {{ts}} NOT NULL,
+	revoked_at  {{ts}}
+);
+CREATE INDEX tenant_credentials_tenant_idx ON tenant_credentials (tenant_id);
+CREATE TABLE provider_accounts (
+	tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+	provider   TEXT NOT NULL,
+	secrets    {{bytes}} NOT NULL,
+	created_at {{ts}} NOT NULL,
+	updated_at {{ts}} NOT NULL,
+	PRIMARY KEY (tenant_id, provider)
+);`},
+	{2, "idempotency_keys", `
+CREATE TABLE idempotency_keys (
+	merchant_id      TEXT NOT NULL,
+	key              TEXT NOT NULL,
+	request_hash     TEXT NOT NULL,
+	status           TEXT NOT NULL,
+	status_code      INTEGER NOT NULL DEFAULT 0,
+	response         {{bytes}},
+	response_headers TEXT,
+	locked_until     {{ts}} NOT NULL,
+	resource_id      TEXT NOT NULL DEFAULT '',
+	created_at       {{ts}} NOT NULL,
+	completed_at     {{ts}},
+	PRIMARY KEY (merchant_id, key)
+);
+CREATE INDEX idempotency_keys_sweep_idx ON idempotency_keys (status, created_at);
+CREATE INDEX idempotency_keys_purge_idx ON idempotency_keys (status, completed_at);`},
+	{3, "payments", `
+CREATE TABLE payments (
+	id                      TEXT PRIMARY KEY,
+	merchant_id             TEXT NOT NULL,
+	idempotency_key         TEXT NOT NULL,
+	amount                  BIGINT NOT NULL,
+	currency                TEXT NOT NULL,
+	status                  TEXT NOT NULL,
+	provider                TEXT NOT NULL,
+	provider_reference      TEXT NOT NULL,
+	provider_transaction_id TEXT NOT NULL DEFAULT '',
+	failure_code            TEXT NOT NULL DEFAULT '',
+	failure_message         TEXT NOT NULL DEFAULT '',
+	email                   TEXT NOT NULL,
+	payment_method          TEXT NOT NULL,
+	description             TEXT NOT NULL DEFAULT '',
+	metadata                TEXT NOT NULL DEFAULT '{}',
+	attempts                INTEGER NOT NULL DEFAULT 1,
+	created_at              {{ts}} NOT NULL,
+	updated_at              {{ts}} NOT NULL,
+	UNIQUE (merchant_id, idempotency_key)
+);
+CREATE INDEX payments_list_idx ON payments (merchant_id, created_at, id);
+CREATE INDEX payments_reference_idx ON payments (provider_reference);`},
+	{4, "simulator_charges", `
+CREATE TABLE simulator_charges (
+	reference      TEXT PRIMARY KEY,
+	transaction_id TEXT NOT NULL,
+	amount         BIGINT NOT NULL,
+	currency       TEXT NOT NULL,
+	payment_method TEXT NOT NULL,
+	status         TEXT NOT NULL,
+	settle_at      {{ts}},
+	created_at     {{ts}} NOT NULL
+);`},
+}
+
+func render(d Dialect, sql string) string {
+	r := strings.NewReplacer("{{ts}}", "TIMESTAMPTZ", "{{bytes}}", "BYTEA")
+	if d == SQLite {
+		r = strings.NewReplacer("{{ts}}", "DATETIME", "{{bytes}}", "BLOB")
+	}
+	return r.Replace(sql)
+}
+
+// Migrate brings the schema up to date. It is idempotent: applied versions
+// are recorded in schema_migrations and skipped. On PostgreSQL an advisory
+// lock serialises instances that start together.
+func Migrate(db *gorm.DB) (applied int, err error) {
+	d := DialectOf(db)
+	err = db.Transaction(func(tx *gorm.DB) error {
+		if d == Postgres {
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(8402711)").Error; err != nil {
+				return err
+			}
+		}
+		if err := tx.Exec(render(d, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT NOT NULL,
+	applied_at {{ts}} NOT NULL)`)).Error; err != nil {
+			return err
+		}
+		var done []int
+		if err := tx.Raw("SELECT version FROM schema_migrations").Scan(&done).Error; err != nil {
+			return err
+		}
+		have := map[int]bool{}
+		for _, v := range done {
+			have[v] = true
+		}
+		for _, m := range migrations {
+			if have[m.Version] {
+				continue
+			}
+			for _, stmt := range strings.Split(render(d, m.SQL), ";") {
+				if strings.TrimSpace(stmt) == "" {
+					continue
+				}
+				if err := tx.Exec(stmt).Error; err != nil {
+					return fmt.Errorf("migration %d %s: %w", m.Version, m.Name, err)
+				}
+			}
+			if err := tx.Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+				m.Version, m.Name, time.Now().UTC()).Error; err != nil {
+				return err
+			}
+			applied++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("database: migrate: %w", err)
+	}
+	return applied, nil
+}
+
+// Version is the newest schema version this binary knows.
+func Version() int { return migrations[len(migrations)-1].Version }

@@ -1,0 +1,127 @@
+// Package providers defines the contract every payment provider adapter keeps,
+// and the pieces they share: outcomes, error classes and our charge reference.
+//
+// The contract (design.md, "Providers"):
+//
+//   - Charge carries our Reference. A repeated Charge with the same reference
+//     returns the first charge's outcome and never charges twice: a provider's
+//     "duplicate reference" answer is looked up, not reported as a failure.
+//   - Lookup only reads. It never creates a charge.
+//   - Errors are classified. A decline is not an error: it is a Result with
+//     OutcomeFailed. An error is either ErrNotCharged (the provider certainly
+//     did not charge: safe to release the idempotency key) or ErrUnknown (the
+//     charge may exist: leave the key in progress for a retry or the sweeper).
+//
+// Adapters know nothing about the database or HTTP handlers of the gateway.
+package providers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Outcome is what a provider says happened to a charge.
+type Outcome string
+
+// The outcomes a Charge or Lookup can report.
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"    // declined: final
+	OutcomePending   Outcome = "pending"   // accepted, not settled yet
+	OutcomeNotFound  Outcome = "not_found" // Lookup only: the provider never saw the reference
+)
+
+// Final reports whether the outcome ends a payment.
+func (o Outcome) Final() bool { return o == OutcomeSucceeded || o == OutcomeFailed }
+
+// ChargeRequest is one charge, in our terms. Amount is in minor units of
+// Currency (ISO 4217, upper case).
+type ChargeRequest struct {
+	Reference     string
+	Amount        int64
+	Currency      string
+	Email         string
+	PaymentMethod string
+	Description   string
+}
+
+// Result is a provider's answer about one charge.
+type Result struct {
+	Outcome       Outcome
+	TransactionID string // the provider's own id, when it gave one
+	// FailureCode is a stable snake_case reason for OutcomeFailed
+	// (card_declined, insufficient_funds, ...); FailureMessage is safe to show
+	// a merchant (never a raw provider payload).
+	FailureCode    string
+	FailureMessage string
+}
+
+// Event is a verified webhook, reduced to what the gateway acts on: which of
+// our references it is about. The gateway re-checks the outcome with Lookup
+// before changing any state, so nothing else in the payload is trusted.
+type Event struct {
+	Type      string
+	Reference string
+}
+
+// Provider is one provider account: an adapter bound to one tenant's secrets.
+type Provider interface {
+	// Charge creates (or, for a reference already used, finds) the charge.
+	// Errors wrap ErrNotCharged or ErrUnknown; a decline is a Result.
+	Charge(ctx context.Context, req ChargeRequest) (Result, error)
+	// Lookup reports what happened to the charge with this reference. It
+	// never creates anything. Errors wrap ErrNotCharged or ErrUnknown, and
+	// mean "could not tell", never "not found" (that is OutcomeNotFound).
+	Lookup(ctx context.Context, reference string) (Result, error)
+	// VerifyWebhook authenticates a webhook delivery by its signature over
+	// the raw body and returns the event. Errors wrap ErrBadSignature or
+	// ErrBadPayload.
+	VerifyWebhook(header http.Header, body []byte) (Event, error)
+}
+
+// Secrets are a tenant's credentials for one provider, as the admin sent them
+// (e.g. {"secret_key": "sk_test_..."}). They are write-only: never logged,
+// never returned.
+type Secrets map[string]string
+
+// String hides the values so that a Secrets printed by accident leaks nothing.
+func (s Secrets) String() string { return fmt.Sprintf("providers.Secrets(%d keys, redacted)", len(s)) }
+
+// GoString hides the values from %#v too.
+func (s Secrets) GoString() string { return s.String() }
+
+// Error classes. Adapters wrap them (fmt.Errorf("paystack: %w: ...", ErrUnknown)).
+var (
+	// ErrNotCharged: the provider certainly did not create a charge
+	// (connection refused, rejected before processing, bad credentials).
+	ErrNotCharged = errors.New("provider did not charge")
+	// ErrUnknown: the charge may or may not exist (timeout, 5xx, cut
+	// connection, unreadable answer).
+	ErrUnknown = errors.New("provider outcome unknown")
+	// ErrBadSignature: a webhook whose signature does not verify.
+	ErrBadSignature = errors.New("webhook signature invalid")
+	// ErrBadPayload: a webhook whose signature verified but whose body we
+	// cannot read.
+	ErrBadPayload = errors.New("webhook payload invalid")
+	// ErrBadSecrets: the secrets given for an account are incomplete.
+	ErrBadSecrets = errors.New("provider secrets invalid")
+	// ErrUnknownProvider: no adapter of that name.
+	ErrUnknownProvider = errors.New("unknown provider")
+)
+
+// Reference is our charge reference for an idempotency key of a merchant. It
+// is deterministic, so every retry of a key (by the app, a takeover or the
+// sweeper) carries the same reference and the provider dedupes; it differs
+// between merchants using the same key; and it is safe in every provider's
+// charset (Paystack allows only alphanumerics, '-', '.', '=').
+func Reference(merchantID, key string) string {
+	h := sha256.New()
+	h.Write([]byte(merchantID))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "op_" + hex.EncodeToString(h.Sum(nil))[:40]
+}
