@@ -56,6 +56,7 @@ CREATE TABLE idempotency_keys (
 	response         {{bytes}},
 	response_headers TEXT,
 	locked_until     {{ts}} NOT NULL,
+	lock_token       TEXT NOT NULL DEFAULT '',
 	resource_id      TEXT NOT NULL DEFAULT '',
 	created_at       {{ts}} NOT NULL,
 	completed_at     {{ts}},
