@@ -1,0 +1,89 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+type stubProvider struct{ s Secrets }
+
+func (stubProvider) Charge(context.Context, ChargeRequest) (Result, error) { return Result{}, nil }
+func (stubProvider) Lookup(context.Context, string) (Result, error)        { return Result{}, nil }
+func (stubProvider) VerifyWebhook(http.Header, []byte) (Event, error)      { return Event{}, nil }
+
+func newTestRegistry() *Registry {
+	r := NewRegistry()
+	r.Register("paystack", []string{"secret_key"}, func(s Secrets) (Provider, error) { return stubProvider{s}, nil })
+	r.Register("simulator", nil, func(s Secrets) (Provider, error) { return stubProvider{s}, nil })
+	r.Register("broken", nil, func(Secrets) (Provider, error) { return nil, errors.New("boom") })
+	return r
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	r := newTestRegistry()
+	tests := []struct {
+		name     string
+		provider string
+		secrets  Secrets
+		err      error
+		contains string
+	}{
+		{"BuildsWithSecrets", "paystack", Secrets{"secret_key": "sk_test_1"}, nil, ""},
+		{"SimulatorAcceptsEmptySecrets", "simulator", nil, nil, ""},
+		{"MissingKeyIsBadSecrets", "paystack", Secrets{"other": "x"}, ErrBadSecrets, "secret_key"},
+		{"BlankKeyIsBadSecrets", "paystack", Secrets{"secret_key": "  "}, ErrBadSecrets, "secret_key"},
+		{"UnknownProvider", "nope", Secrets{}, ErrUnknownProvider, "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := r.New(tt.provider, tt.secrets)
+			verr := r.Validate(tt.provider, tt.secrets)
+			if tt.err == nil {
+				require.NoError(t, err)
+				require.NoError(t, verr)
+				require.NotNil(t, p)
+				return
+			}
+			require.ErrorIs(t, err, tt.err)
+			require.ErrorIs(t, verr, tt.err)
+			require.Contains(t, err.Error(), tt.contains)
+		})
+	}
+}
+
+func TestRegistryErrorNeverHoldsSecretValues(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	r.Register("stripe", []string{"secret_key", "webhook_secret"}, func(s Secrets) (Provider, error) { return stubProvider{s}, nil })
+	_, err := r.New("stripe", Secrets{"secret_key": "sk_live_SECRETVALUE"})
+	require.ErrorIs(t, err, ErrBadSecrets)
+	require.Contains(t, err.Error(), "webhook_secret")
+	require.NotContains(t, err.Error(), "SECRETVALUE")
+}
+
+func TestRegistryConstructorErrorIsWrapped(t *testing.T) {
+	t.Parallel()
+	_, err := newTestRegistry().New("broken", nil)
+	require.ErrorContains(t, err, "boom")
+}
+
+func TestRegistryNamesAndHas(t *testing.T) {
+	t.Parallel()
+	r := newTestRegistry()
+	require.Equal(t, []string{"broken", "paystack", "simulator"}, r.Names())
+	require.True(t, r.Has("paystack"))
+	require.False(t, r.Has("flutterwave"))
+}
+
+func TestRegistryRegisterTwicePanics(t *testing.T) {
+	t.Parallel()
+	r := newTestRegistry()
+	require.Panics(t, func() { r.Register("paystack", nil, func(Secrets) (Provider, error) { return nil, nil }) })
+	require.Panics(t, func() { r.Register("x", nil, nil) })
+}
