@@ -1,0 +1,471 @@
+// Package config is the only reader of the environment. Load returns a typed,
+// validated configuration or one error listing every bad value by name.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Environments.
+const (
+	Development = "development"
+	Production  = "production"
+)
+
+// Secret is a string that never prints itself.
+type Secret string
+
+// String redacts the value.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString redacts the value from %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// MarshalText redacts the value from encoders (slog, JSON).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Reveal returns the value, for the one place that uses it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Key is raw key material that never prints itself.
+type Key []byte
+
+// String redacts the value.
+func (k Key) String() string { return "[redacted]" }
+
+// GoString redacts the value from %#v.
+func (k Key) GoString() string { return k.String() }
+
+// Format redacts the value from every fmt verb.
+func (k Key) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
+
+// Config is everything the gateway reads from its environment.
+type Config struct {
+	Env     string // GATEWAY_ENV
+	Addr    string // GATEWAY_ADDR
+	DataDir string // DATA_DIR: development secrets and the SQLite file
+
+	Database Database
+	Secrets  Secrets
+	Auth     Auth
+	Provider Provider
+	Payments Payments
+	Schedule Schedule
+	Log      Log
+	Metrics  Metrics
+	Limits   Limits
+
+	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+}
+
+// Database selects the store.
+type Database struct {
+	URL      Secret // DATABASE_URL: postgres://…; empty means SQLite under DataDir
+	MaxConns int    // DATABASE_MAX_CONNS
+}
+
+// Postgres reports whether the store is PostgreSQL.
+func (d Database) Postgres() bool {
+	u := d.URL.Reveal()
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// Secrets are the gateway's own keys.
+type Secrets struct {
+	AdminAPIKey       Secret // ADMIN_API_KEY
+	JWTSecret         Secret // JWT_SECRET, at least 32 bytes
+	JWTSecretPrevious Secret // JWT_SECRET_PREVIOUS: still verifies during a rotation
+	MasterKey         Key    // MASTER_KEY: 32 bytes, hex or base64; encrypts provider secrets
+	// Generated lists the secrets that development mode generated or reused
+	// from the data directory, so start-up can say so.
+	Generated []string
+	// GeneratedFile is where they are kept.
+	GeneratedFile string
+}
+
+// Auth tunes merchant tokens.
+type Auth struct {
+	TokenTTL time.Duration // TOKEN_TTL
+}
+
+// Provider holds adapter settings shared by all tenants.
+type Provider struct {
+	PaystackBaseURL    string        // PAYSTACK_BASE_URL
+	FlutterwaveBaseURL string        // FLUTTERWAVE_BASE_URL
+	StripeBaseURL      string        // STRIPE_BASE_URL
+	Timeout            time.Duration // PROVIDER_TIMEOUT
+	SimulatorLatency   time.Duration // SIMULATOR_LATENCY
+}
+
+// Payments tunes the idempotency lease.
+type Payments struct {
+	Lease time.Duration // IDEMPOTENCY_LEASE: must exceed PROVIDER_TIMEOUT
+}
+
+// Schedule tunes the background jobs.
+type Schedule struct {
+	SweepInterval   time.Duration // SWEEP_INTERVAL
+	SweepStaleAfter time.Duration // SWEEP_STALE_AFTER
+	SweepBatch      int           // SWEEP_BATCH
+	ReviewAfter     time.Duration // REVIEW_AFTER
+	PurgeSchedule   string        // PURGE_SCHEDULE, a 5-field cron line in UTC
+	PurgeBatch      int           // PURGE_BATCH
+	KeyTTL          time.Duration // KEY_TTL
+}
+
+// Log selects the log output.
+type Log struct {
+	Level  string // LOG_LEVEL: debug|info|warn|error
+	Format string // LOG_FORMAT: json|text (json in production)
+}
+
+// Metrics exposes Prometheus metrics.
+type Metrics struct {
+	Enabled bool   // METRICS_ENABLED
+	Addr    string // METRICS_ADDR: empty serves /metrics on GATEWAY_ADDR
+}
+
+// Limits is per-merchant rate limiting on /v1.
+type Limits struct {
+	RatePerSecond float64 // RATE_LIMIT_PER_SECOND, 0 disables
+	Burst         int     // RATE_LIMIT_BURST
+}
+
+// Production reports whether the gateway runs in production mode.
+func (c Config) Production() bool { return c.Env == Production }
+
+// SQLitePath is the embedded database file used without DATABASE_URL.
+func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "gateway.db") }
+
+// DatabaseURL is what to open: the PostgreSQL URL or the SQLite path.
+func (c Config) DatabaseURL() string {
+	if c.Database.URL != "" {
+		return c.Database.URL.Reveal()
+	}
+	return c.SQLitePath()
+}
+
+// Load reads the process environment.
+func Load() (Config, error) { return LoadFrom(os.LookupEnv) }
+
+// LoadFrom reads configuration through lookup, so tests need not touch the
+// process environment.
+func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
+	r := reader{lookup: lookup}
+	c := Config{
+		Env:     r.str("GATEWAY_ENV", Development),
+		Addr:    r.str("GATEWAY_ADDR", ":8080"),
+		DataDir: r.str("DATA_DIR", "data"),
+		Database: Database{
+			URL:      Secret(r.str("DATABASE_URL", "")),
+			MaxConns: r.int("DATABASE_MAX_CONNS", 20, 1, 1000),
+		},
+		Auth: Auth{TokenTTL: r.dur("TOKEN_TTL", 15*time.Minute)},
+		Provider: Provider{
+			PaystackBaseURL:    r.url("PAYSTACK_BASE_URL", "https://api.paystack.co"),
+			FlutterwaveBaseURL: r.url("FLUTTERWAVE_BASE_URL", "https://api.flutterwave.com"),
+			StripeBaseURL:      r.url("STRIPE_BASE_URL", "https://api.stripe.com"),
+			Timeout:            r.dur("PROVIDER_TIMEOUT", 20*time.Second),
+			SimulatorLatency:   r.durZero("SIMULATOR_LATENCY", 0),
+		},
+		Payments: Payments{Lease: r.dur("IDEMPOTENCY_LEASE", 30*time.Second)},
+		Schedule: Schedule{
+			SweepInterval:   r.dur("SWEEP_INTERVAL", 2*time.Minute),
+			SweepStaleAfter: r.dur("SWEEP_STALE_AFTER", 5*time.Minute),
+			SweepBatch:      r.int("SWEEP_BATCH", 100, 1, 10000),
+			ReviewAfter:     r.dur("REVIEW_AFTER", 24*time.Hour),
+			PurgeSchedule:   r.str("PURGE_SCHEDULE", "0 3 * * *"),
+			PurgeBatch:      r.int("PURGE_BATCH", 1000, 1, 100000),
+			KeyTTL:          r.dur("KEY_TTL", 72*time.Hour),
+		},
+		Log: Log{
+			Level:  r.str("LOG_LEVEL", "info"),
+			Format: r.str("LOG_FORMAT", ""),
+		},
+		Metrics: Metrics{
+			Enabled: r.bool("METRICS_ENABLED", true),
+			Addr:    r.str("METRICS_ADDR", ""),
+		},
+		Limits: Limits{
+			RatePerSecond: r.float("RATE_LIMIT_PER_SECOND", 100),
+			Burst:         r.int("RATE_LIMIT_BURST", 200, 0, 1000000),
+		},
+		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
+	}
+	c.Secrets = Secrets{
+		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
+		JWTSecret:         Secret(r.str("JWT_SECRET", "")),
+		JWTSecretPrevious: Secret(r.str("JWT_SECRET_PREVIOUS", "")),
+	}
+	masterRaw := r.str("MASTER_KEY", "")
+
+	switch c.Env {
+	case Development, Production:
+	default:
+		r.fail("GATEWAY_ENV", "must be %q or %q, got %q", Development, Production, c.Env)
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+		if c.Production() {
+			c.Log.Format = "json"
+		}
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		r.fail("LOG_FORMAT", "must be json or text")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		r.fail("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	if u := c.Database.URL.Reveal(); u != "" && !c.Database.Postgres() {
+		r.fail("DATABASE_URL", "must be a postgres:// URL (leave it unset for the embedded SQLite store)")
+	}
+	if c.Payments.Lease <= c.Provider.Timeout {
+		r.fail("IDEMPOTENCY_LEASE", "(%s) must exceed PROVIDER_TIMEOUT (%s), or a retry could take over a request still waiting on the provider", c.Payments.Lease, c.Provider.Timeout)
+	}
+	if c.Schedule.SweepStaleAfter < c.Payments.Lease {
+		r.fail("SWEEP_STALE_AFTER", "(%s) must be at least IDEMPOTENCY_LEASE (%s)", c.Schedule.SweepStaleAfter, c.Payments.Lease)
+	}
+	if c.Schedule.ReviewAfter <= c.Schedule.SweepStaleAfter {
+		r.fail("REVIEW_AFTER", "must exceed SWEEP_STALE_AFTER")
+	}
+	if _, err := cron.ParseStandard(c.Schedule.PurgeSchedule); err != nil {
+		r.fail("PURGE_SCHEDULE", "is not a 5-field cron expression: %v", err)
+	}
+	if c.Limits.RatePerSecond < 0 {
+		r.fail("RATE_LIMIT_PER_SECOND", "must not be negative")
+	}
+
+	// Secrets: production must be given them; development makes them once.
+	if c.Production() {
+		if c.Secrets.AdminAPIKey == "" {
+			r.fail("ADMIN_API_KEY", "is required in production")
+		}
+		if c.Secrets.JWTSecret == "" {
+			r.fail("JWT_SECRET", "is required in production")
+		}
+		if masterRaw == "" {
+			r.fail("MASTER_KEY", "is required in production")
+		}
+	} else if r.ok() && (c.Secrets.AdminAPIKey == "" || c.Secrets.JWTSecret == "" || masterRaw == "") {
+		if err := c.fillDevSecrets(&masterRaw); err != nil {
+			r.fail("DATA_DIR", "%v", err)
+		}
+	}
+	if n := len(c.Secrets.AdminAPIKey); n > 0 && n < 16 {
+		r.fail("ADMIN_API_KEY", "must be at least 16 characters")
+	}
+	if n := len(c.Secrets.JWTSecret); n > 0 && n < 32 {
+		r.fail("JWT_SECRET", "must be at least 32 bytes, got %d", n)
+	}
+	if n := len(c.Secrets.JWTSecretPrevious); n > 0 && n < 32 {
+		r.fail("JWT_SECRET_PREVIOUS", "must be at least 32 bytes, got %d", n)
+	}
+	if masterRaw != "" {
+		key, err := decodeKey(masterRaw)
+		if err != nil {
+			r.fail("MASTER_KEY", "%v", err)
+		}
+		c.Secrets.MasterKey = key
+	}
+	return c, r.err()
+}
+
+// decodeKey accepts 32 bytes as 64 hex characters or standard/URL base64.
+func decodeKey(s string) ([]byte, error) {
+	if b, err := hex.DecodeString(s); err == nil && len(b) == 32 {
+		return b, nil
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil && len(b) == 32 {
+			return b, nil
+		}
+	}
+	return nil, errors.New("must be 32 bytes, as 64 hex characters or base64 (e.g. `openssl rand -hex 32`)")
+}
+
+// devSecrets is the file development mode keeps its generated secrets in.
+type devSecrets struct {
+	AdminAPIKey string `json:"admin_api_key"`
+	JWTSecret   string `json:"jwt_secret"`
+	MasterKey   string `json:"master_key"`
+}
+
+// fillDevSecrets generates the missing secrets once and keeps them in the
+// data directory (0600) so tokens and encrypted provider secrets survive a
+// restart.
+func (c *Config) fillDevSecrets(masterRaw *string) error {
+	path := filepath.Join(c.DataDir, "dev-secrets.json")
+	var s devSecrets
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("%s is not valid JSON: %v (delete it to generate new secrets)", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return err
+	}
+	changed := false
+	gen := func(v *string, prefix string) {
+		if *v == "" {
+			*v = prefix + randomHex(32)
+			changed = true
+		}
+	}
+	gen(&s.AdminAPIKey, "adm_")
+	gen(&s.JWTSecret, "")
+	gen(&s.MasterKey, "")
+	if changed {
+		if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+			return err
+		}
+		out, _ := json.MarshalIndent(s, "", "  ")
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, out, 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+	}
+	if c.Secrets.AdminAPIKey == "" {
+		c.Secrets.AdminAPIKey = Secret(s.AdminAPIKey)
+		c.Secrets.Generated = append(c.Secrets.Generated, "ADMIN_API_KEY")
+	}
+	if c.Secrets.JWTSecret == "" {
+		c.Secrets.JWTSecret = Secret(s.JWTSecret)
+		c.Secrets.Generated = append(c.Secrets.Generated, "JWT_SECRET")
+	}
+	if *masterRaw == "" {
+		*masterRaw = s.MasterKey
+		c.Secrets.Generated = append(c.Secrets.Generated, "MASTER_KEY")
+	}
+	c.Secrets.GeneratedFile = path
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
+
+// reader collects one message per bad variable.
+type reader struct {
+	lookup func(string) (string, bool)
+	errs   []string
+}
+
+func (r *reader) fail(name, format string, args ...any) {
+	r.errs = append(r.errs, name+" "+fmt.Sprintf(format, args...))
+}
+
+func (r *reader) ok() bool { return len(r.errs) == 0 }
+
+func (r *reader) err() error {
+	if len(r.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("config: %d invalid setting(s):\n  %s", len(r.errs), strings.Join(r.errs, "\n  "))
+}
+
+func (r *reader) str(name, def string) string {
+	if v, ok := r.lookup(name); ok && strings.TrimSpace(v) != "" {
+		return strings.TrimSpace(v)
+	}
+	return def
+}
+
+func (r *reader) dur(name string, def time.Duration) time.Duration {
+	d := r.durZero(name, def)
+	if d <= 0 {
+		r.fail(name, "must be a positive duration")
+		return def
+	}
+	return d
+}
+
+func (r *reader) durZero(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, "must be a duration like 30s or 5m, got %q", v)
+		return def
+	}
+	return d
+}
+
+func (r *reader) int(name string, def, min, max int) int {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		r.fail(name, "must be an integer from %d to %d, got %q", min, max, v)
+		return def
+	}
+	return n
+}
+
+func (r *reader) float(name string, def float64) float64 {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		r.fail(name, "must be a number, got %q", v)
+		return def
+	}
+	return f
+}
+
+func (r *reader) bool(name string, def bool) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "must be true or false, got %q", v)
+		return def
+	}
+	return b
+}
+
+func (r *reader) url(name, def string) string {
+	v := strings.TrimRight(r.str(name, def), "/")
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail(name, "must be an http(s) URL, got %q", v)
+		return def
+	}
+	return v
+}

@@ -1,0 +1,125 @@
+package config_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/config"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+const (
+	jwt32  = "0123456789abcdef0123456789abcdef"
+	master = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+)
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir()}))
+	require.NoError(t, err)
+	require.Equal(t, ":8080", c.Addr)
+	require.Equal(t, config.Development, c.Env)
+	require.Equal(t, 20*time.Second, c.Provider.Timeout)
+	require.Equal(t, 30*time.Second, c.Payments.Lease)
+	require.Equal(t, 2*time.Minute, c.Schedule.SweepInterval)
+	require.Equal(t, 5*time.Minute, c.Schedule.SweepStaleAfter)
+	require.Equal(t, 24*time.Hour, c.Schedule.ReviewAfter)
+	require.Equal(t, "0 3 * * *", c.Schedule.PurgeSchedule)
+	require.Equal(t, 72*time.Hour, c.Schedule.KeyTTL)
+	require.False(t, c.Database.Postgres())
+	require.Equal(t, filepath.Join(c.DataDir, "gateway.db"), c.DatabaseURL())
+	require.Equal(t, "text", c.Log.Format)
+}
+
+func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := config.LoadFrom(env(map[string]string{"DATA_DIR": dir}))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY"}, first.Secrets.Generated)
+	require.Len(t, first.Secrets.MasterKey, 32)
+	require.GreaterOrEqual(t, len(first.Secrets.JWTSecret), 32)
+
+	st, err := os.Stat(first.Secrets.GeneratedFile)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	second, err := config.LoadFrom(env(map[string]string{"DATA_DIR": dir}))
+	require.NoError(t, err)
+	require.Equal(t, first.Secrets.AdminAPIKey, second.Secrets.AdminAPIKey)
+	require.Equal(t, first.Secrets.JWTSecret, second.Secrets.JWTSecret)
+	require.Equal(t, first.Secrets.MasterKey, second.Secrets.MasterKey)
+
+	// A secret given in the environment wins and is not reported as generated.
+	third, err := config.LoadFrom(env(map[string]string{"DATA_DIR": dir, "ADMIN_API_KEY": "given-admin-key-123"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Secret("given-admin-key-123"), third.Secrets.AdminAPIKey)
+	require.NotContains(t, third.Secrets.Generated, "ADMIN_API_KEY")
+}
+
+func TestProductionRefusesMissingSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := config.LoadFrom(env(map[string]string{"GATEWAY_ENV": "production", "DATA_DIR": t.TempDir()}))
+	require.Error(t, err)
+	for _, name := range []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY"} {
+		require.Contains(t, err.Error(), name)
+	}
+	c, err := config.LoadFrom(env(map[string]string{
+		"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+		"JWT_SECRET": jwt32, "MASTER_KEY": master,
+	}))
+	require.NoError(t, err)
+	require.Empty(t, c.Secrets.Generated)
+	require.Equal(t, "json", c.Log.Format)
+}
+
+func TestInvalidValuesNameTheirVariable(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"BadEnv", map[string]string{"GATEWAY_ENV": "staging"}, "GATEWAY_ENV"},
+		{"ShortJWT", map[string]string{"JWT_SECRET": "short"}, "JWT_SECRET must be at least 32 bytes"},
+		{"BadMasterKey", map[string]string{"MASTER_KEY": "nothex"}, "MASTER_KEY must be 32 bytes"},
+		{"LeaseNotAboveTimeout", map[string]string{"IDEMPOTENCY_LEASE": "10s", "PROVIDER_TIMEOUT": "10s"}, "IDEMPOTENCY_LEASE"},
+		{"BadDuration", map[string]string{"SWEEP_INTERVAL": "often"}, "SWEEP_INTERVAL must be a duration"},
+		{"NegativeDuration", map[string]string{"KEY_TTL": "-1h"}, "KEY_TTL"},
+		{"BadCron", map[string]string{"PURGE_SCHEDULE": "nightly"}, "PURGE_SCHEDULE"},
+		{"MySQLURL", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL must be a postgres"},
+		{"BadBaseURL", map[string]string{"PAYSTACK_BASE_URL": "ftp:/x"}, "PAYSTACK_BASE_URL"},
+		{"BadBool", map[string]string{"METRICS_ENABLED": "maybe"}, "METRICS_ENABLED"},
+		{"BadInt", map[string]string{"SWEEP_BATCH": "0"}, "SWEEP_BATCH"},
+		{"BadLogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.env["DATA_DIR"] = t.TempDir()
+			_, err := config.LoadFrom(env(tc.env))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestSecretsNeverPrint(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "postgres://u:hunter2pass@db/x"}))
+	require.NoError(t, err)
+	out := fmt.Sprintf("%v %+v %#v", c, c, c)
+	require.NotContains(t, out, fmt.Sprint([]byte(c.Secrets.MasterKey)))
+	for _, s := range []string{c.Secrets.AdminAPIKey.Reveal(), c.Secrets.JWTSecret.Reveal(), "hunter2pass"} {
+		require.False(t, strings.Contains(out, s), "secret printed")
+	}
+}
