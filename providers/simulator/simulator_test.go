@@ -1,0 +1,119 @@
+package simulator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/simulator"
+)
+
+func charge(t *testing.T, p providers.Provider, ref, token string) (providers.Result, error) {
+	t.Helper()
+	return p.Charge(context.Background(), providers.ChargeRequest{
+		Reference: ref, Amount: 5000, Currency: "NGN", Email: "ada@example.com", PaymentMethod: token,
+	})
+}
+
+func TestOutcomesByToken(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		sim := simulator.New(db, simulator.Config{})
+		cases := []struct {
+			token   string
+			outcome providers.Outcome
+			code    string
+			err     error
+		}{
+			{simulator.TokenSuccess, providers.OutcomeSucceeded, "", nil},
+			{simulator.TokenDecline, providers.OutcomeFailed, "card_declined", nil},
+			{simulator.TokenInsufficient, providers.OutcomeFailed, "insufficient_funds", nil},
+			{simulator.TokenPending, providers.OutcomePending, "", nil},
+			{"tok_unknown", providers.OutcomeFailed, "invalid_payment_method", nil},
+			{simulator.TokenTimeout, "", "", providers.ErrUnknown},
+			{simulator.TokenUnavailable, "", "", providers.ErrNotCharged},
+		}
+		for _, tc := range cases {
+			ref := providers.Reference("ten_1", tc.token)
+			res, err := charge(t, sim, ref, tc.token)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err, tc.token)
+				continue
+			}
+			require.NoError(t, err, tc.token)
+			require.Equal(t, tc.outcome, res.Outcome, tc.token)
+			require.Equal(t, tc.code, res.FailureCode, tc.token)
+		}
+	})
+}
+
+func TestRepeatedChargeReturnsFirstOutcomeAndChargesOnce(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		sim := simulator.New(db, simulator.Config{})
+		ctx := context.Background()
+		ref := providers.Reference("ten_1", "k1")
+
+		// The first answer is lost after the charge...
+		_, err := charge(t, sim, ref, simulator.TokenTimeout)
+		require.ErrorIs(t, err, providers.ErrUnknown)
+		// ...the retry with the same reference finds it instead of charging again.
+		res, err := charge(t, sim, ref, simulator.TokenTimeout)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
+		n, err := sim.Charges(ctx, ref)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		// A restart (a new simulator on the same database) still knows it.
+		res2, err := simulator.New(db, simulator.Config{}).Lookup(ctx, ref)
+		require.NoError(t, err)
+		require.Equal(t, res.TransactionID, res2.TransactionID)
+	})
+}
+
+func TestUnavailableNeverCharges(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		sim := simulator.New(db, simulator.Config{})
+		ref := providers.Reference("ten_1", "down")
+		_, err := charge(t, sim, ref, simulator.TokenUnavailable)
+		require.ErrorIs(t, err, providers.ErrNotCharged)
+		res, err := sim.Lookup(context.Background(), ref)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomeNotFound, res.Outcome)
+	})
+}
+
+func TestPendingSettlesLater(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		clock := func() time.Time { return now }
+		sim := simulator.New(db, simulator.Config{SettleAfter: time.Minute, Now: clock})
+		ref := providers.Reference("ten_1", "slow")
+		res, err := charge(t, sim, ref, simulator.TokenPending)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomePending, res.Outcome)
+
+		res, err = sim.Lookup(context.Background(), ref)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomePending, res.Outcome)
+
+		now = now.Add(2 * time.Minute)
+		res, err = sim.Lookup(context.Background(), ref)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
+	})
+}
+
+func TestNoWebhooks(t *testing.T) {
+	t.Parallel()
+	_, err := simulator.New(nil, simulator.Config{}).VerifyWebhook(nil, []byte(`{}`))
+	require.ErrorIs(t, err, providers.ErrBadSignature)
+}
