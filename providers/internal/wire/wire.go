@@ -1,0 +1,193 @@
+// Package wire holds the HTTP plumbing the provider adapters share: one
+// client per adapter config, and the rule that turns a transport failure
+// into ErrNotCharged or ErrUnknown. It exists so that the three adapters
+// cannot disagree on what "certainly not charged" means.
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oncepay/gateway/providers"
+)
+
+// DefaultTimeout is the design's provider timeout, used when a Config leaves
+// it zero. It must stay well below the idempotency lease and the sweeper's
+// stale age; config enforces that for configured values.
+const DefaultTimeout = 20 * time.Second
+
+// maxBody bounds what we read from a provider. Real answers are a few KiB; a
+// larger one is treated like an unreadable one.
+const maxBody = 1 << 20
+
+// Client returns hc when given, otherwise a client with the timeout (or
+// DefaultTimeout). The adapter's New calls this once so every tenant's
+// Provider shares one connection pool.
+func Client(timeout time.Duration, hc *http.Client) *http.Client {
+	if hc != nil {
+		return hc
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &http.Client{Timeout: timeout}
+}
+
+// BaseURL returns base without a trailing slash, or def when base is empty.
+func BaseURL(base, def string) string {
+	if base == "" {
+		base = def
+	}
+	return strings.TrimRight(base, "/")
+}
+
+// Response is a provider's answer, fully read.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Do sends req and reads the whole answer. Its errors are already
+// classified, prefixed with name:
+//
+//   - the connection could not be made (refused, DNS, no route, dial
+//     timeout): the request never left this process, so ErrNotCharged;
+//   - anything after that (timeout while waiting, connection cut, body cut
+//     short): the provider may have acted on it, so ErrUnknown.
+//
+// The error text is the transport's (URL and cause): it never holds a
+// header, so the secret key cannot leak through it.
+func Do(ctx context.Context, c *http.Client, name string, req *http.Request) (Response, error) {
+	resp, err := c.Do(req.WithContext(ctx))
+	if err != nil {
+		if NeverSent(err) {
+			return Response{}, fmt.Errorf("%s: %w: %v", name, providers.ErrNotCharged, err)
+		}
+		return Response{}, fmt.Errorf("%s: %w: %v", name, providers.ErrUnknown, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		return Response{}, fmt.Errorf("%s: %w: reading HTTP %d answer failed", name, providers.ErrUnknown, resp.StatusCode)
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// NeverSent reports whether a client error happened before any byte of the
+// request could reach the provider: a failed dial or name lookup. Everything
+// else is treated as "maybe sent", which is the safe side.
+func NeverSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// StatusClass classifies a non-success HTTP status the adapter has no more
+// specific rule for: 5xx and 408/409 (still running, or it timed out while
+// running) leave the outcome unknown; every other 4xx (validation, bad key,
+// rate limit) was refused before processing, so nothing was charged.
+func StatusClass(status int) error {
+	switch {
+	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusConflict:
+		return providers.ErrUnknown
+	case status >= 400:
+		return providers.ErrNotCharged
+	default:
+		// A 1xx/3xx we did not ask for: we cannot tell what happened.
+		return providers.ErrUnknown
+	}
+}
+
+// Message trims a provider's human message before it goes into an error:
+// short, one line, so that a provider echoing request data cannot fill our
+// logs with it.
+func Message(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 120 {
+		s = s[:120] + "..."
+	}
+	return s
+}
+
+// declineCodes maps words of a provider's decline text (lower case) to our
+// stable failure codes; the first match wins, so specific phrases come first.
+var declineCodes = []struct{ phrase, code string }{
+	{"insufficient", "insufficient_funds"},
+	{"not sufficient", "insufficient_funds"},
+	{"expired", "expired_card"},
+	{"incorrect pin", "incorrect_pin"},
+	{"invalid pin", "incorrect_pin"},
+	{"pin tries", "pin_try_exceeded"},
+	{"incorrect cvc", "incorrect_cvc"},
+	{"invalid cvv", "incorrect_cvc"},
+	{"do not honor", "do_not_honor"},
+	{"do not honour", "do_not_honor"},
+	{"lost", "lost_card"},
+	{"stolen", "stolen_card"},
+	{"fraud", "fraudulent"},
+	{"not permitted", "transaction_not_allowed"},
+	{"not allowed", "transaction_not_allowed"},
+	{"limit", "card_velocity_exceeded"},
+	{"authentication", "authentication_required"},
+	{"timeout", "issuer_not_available"},
+	{"unavailable", "issuer_not_available"},
+}
+
+// DeclineCode turns a provider's free-text decline reason ("Insufficient
+// Funds") into our snake_case failure code, "card_declined" by default.
+func DeclineCode(text string) string {
+	t := strings.ToLower(text)
+	for _, d := range declineCodes {
+		if strings.Contains(t, d.phrase) {
+			return d.code
+		}
+	}
+	return "card_declined"
+}
+
+// declineMessages are the merchant-facing texts for our failure codes. They
+// are ours, not the provider's, so nothing from a provider payload reaches a
+// merchant's screen.
+var declineMessages = map[string]string{
+	"insufficient_funds":      "The card has insufficient funds.",
+	"expired_card":            "The card has expired.",
+	"incorrect_pin":           "The PIN entered is incorrect.",
+	"pin_try_exceeded":        "Too many PIN attempts.",
+	"incorrect_cvc":           "The card's security code is incorrect.",
+	"do_not_honor":            "The card was declined by the issuer.",
+	"lost_card":               "The card was declined.",
+	"stolen_card":             "The card was declined.",
+	"fraudulent":              "The card was declined.",
+	"transaction_not_allowed": "The card does not allow this transaction.",
+	"card_velocity_exceeded":  "The card has exceeded its limit.",
+	"authentication_required": "The card requires authentication by the customer.",
+	"issuer_not_available":    "The card issuer could not be reached.",
+}
+
+// DeclineMessage is the safe message for a failure code.
+func DeclineMessage(code string) string {
+	if m, ok := declineMessages[code]; ok {
+		return m
+	}
+	return "The card was declined."
+}
+
+// Declined builds the Result of a decline from a code.
+func Declined(transactionID, code string) providers.Result {
+	return providers.Result{
+		Outcome:        providers.OutcomeFailed,
+		TransactionID:  transactionID,
+		FailureCode:    code,
+		FailureMessage: DeclineMessage(code),
+	}
+}

@@ -1,0 +1,363 @@
+// Package paystack is the Paystack adapter: it charges a saved card
+// (authorization code) with our reference, looks charges up by that
+// reference and verifies x-paystack-signature webhooks.
+//
+// Paystack does not replay a repeated request: it rejects a reused reference
+// with a 400 "Duplicate ..." answer. Charge therefore turns that answer into
+// a verify of the reference, which is what makes a repeated Charge return the
+// first charge's outcome (shared/providers.md 1.4).
+package paystack
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/internal/wire"
+)
+
+// Name is the adapter's name in the registry and in provider accounts.
+const Name = "paystack"
+
+// DefaultBaseURL is Paystack's production API.
+const DefaultBaseURL = "https://api.paystack.co"
+
+// RequiredSecrets are the keys a tenant's Paystack account must hold. The
+// secret key both authenticates API calls and signs webhooks.
+var RequiredSecrets = []string{"secret_key"}
+
+// Config is the deployment-wide part of the adapter (one per gateway, shared
+// by all tenants).
+type Config struct {
+	BaseURL    string        // empty: DefaultBaseURL
+	Timeout    time.Duration // per request; zero: 20s
+	HTTPClient *http.Client  // optional; else one built with Timeout
+}
+
+// New returns the Constructor that binds a tenant's secrets. The HTTP client
+// is built here, once, so all tenants share one connection pool.
+func New(cfg Config) providers.Constructor {
+	base := wire.BaseURL(cfg.BaseURL, DefaultBaseURL)
+	client := wire.Client(cfg.Timeout, cfg.HTTPClient)
+	return func(s providers.Secrets) (providers.Provider, error) {
+		if missing := providers.MissingSecrets(s, RequiredSecrets); len(missing) > 0 {
+			return nil, fmt.Errorf("%s: %w: missing %s", Name, providers.ErrBadSecrets, strings.Join(missing, ", "))
+		}
+		return &Provider{base: base, client: client, key: s["secret_key"]}, nil
+	}
+}
+
+// Provider is one Paystack account.
+type Provider struct {
+	base   string
+	client *http.Client
+	key    string
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// envelope is every Paystack answer: status is whether the API call worked,
+// not whether the payment did (that is data.status).
+type envelope struct {
+	Status  bool            `json:"status"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type transaction struct {
+	ID              json.Number `json:"id"`
+	Status          string      `json:"status"`
+	Reference       string      `json:"reference"`
+	Amount          json.Number `json:"amount"`
+	Currency        string      `json:"currency"`
+	GatewayResponse string      `json:"gateway_response"`
+	Customer        struct {
+		Email string `json:"email"`
+	} `json:"customer"`
+}
+
+type chargeBody struct {
+	Email             string `json:"email"`
+	Amount            int64  `json:"amount"`
+	AuthorizationCode string `json:"authorization_code"`
+	Reference         string `json:"reference"`
+	Currency          string `json:"currency"`
+}
+
+// Charge charges req.PaymentMethod (an AUTH_ code) with POST
+// /transaction/charge_authorization. A "duplicate reference" answer means
+// the first attempt reached Paystack: the charge is looked up and, if it is
+// the same charge (amount and currency match), its outcome returned. If it
+// is not ours the error wraps ErrUnknown and ErrReferenceConflict, so the key
+// is never released on a charge that may exist.
+func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (providers.Result, error) {
+	body, err := json.Marshal(chargeBody{
+		Email:             req.Email,
+		Amount:            req.Amount,
+		AuthorizationCode: req.PaymentMethod,
+		Reference:         WireReference(req.Reference),
+		Currency:          req.Currency,
+	})
+	if err != nil {
+		return providers.Result{}, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
+	}
+	hreq, err := p.request(http.MethodPost, p.base+"/transaction/charge_authorization", body)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	resp, err := wire.Do(ctx, p.client, Name, hreq)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	env, decodeErr := decode(resp.Body)
+	switch {
+	case resp.Status == http.StatusOK:
+		if decodeErr != nil || !env.Status {
+			return providers.Result{}, fmt.Errorf("%s: %w: unreadable charge answer (HTTP 200)", Name, providers.ErrUnknown)
+		}
+		tx, err := decodeTx(env.Data)
+		if err != nil {
+			return providers.Result{}, err
+		}
+		return result(tx), nil
+	case resp.Status == http.StatusBadRequest && decodeErr == nil && isDuplicate(env.Message):
+		return p.lookupDuplicate(ctx, req)
+	default:
+		return providers.Result{}, statusError("charge", resp.Status, env.Message)
+	}
+}
+
+// lookupDuplicate resolves a rejected repeat by verifying the reference.
+func (p *Provider) lookupDuplicate(ctx context.Context, req providers.ChargeRequest) (providers.Result, error) {
+	tx, found, err := p.verify(ctx, req.Reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if !found {
+		// Paystack said the reference exists, then that it does not: we
+		// cannot tell which is right.
+		return providers.Result{}, fmt.Errorf("%s: %w: duplicate reference not found on verify", Name, providers.ErrUnknown)
+	}
+	if tx.Amount.String() != fmt.Sprint(req.Amount) || !strings.EqualFold(tx.Currency, req.Currency) ||
+		(tx.Customer.Email != "" && req.Email != "" && !strings.EqualFold(tx.Customer.Email, req.Email)) {
+		return providers.Result{}, fmt.Errorf("%s: %w: %w: reference holds another amount, currency or customer",
+			Name, providers.ErrUnknown, providers.ErrReferenceConflict)
+	}
+	return result(tx), nil
+}
+
+// Lookup verifies the reference with GET /transaction/verify/{reference}.
+// Paystack answers an unknown reference with 404 (per its spec) or 400 (seen
+// live), with a "not found" message: both are OutcomeNotFound.
+func (p *Provider) Lookup(ctx context.Context, reference string) (providers.Result, error) {
+	tx, found, err := p.verify(ctx, reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if !found {
+		return providers.Result{Outcome: providers.OutcomeNotFound}, nil
+	}
+	return result(tx), nil
+}
+
+func (p *Provider) verify(ctx context.Context, reference string) (transaction, bool, error) {
+	hreq, err := p.request(http.MethodGet, p.base+"/transaction/verify/"+url.PathEscape(WireReference(reference)), nil)
+	if err != nil {
+		return transaction{}, false, err
+	}
+	resp, err := wire.Do(ctx, p.client, Name, hreq)
+	if err != nil {
+		return transaction{}, false, err
+	}
+	env, decodeErr := decode(resp.Body)
+	switch {
+	case resp.Status == http.StatusOK:
+		if decodeErr != nil || !env.Status {
+			return transaction{}, false, fmt.Errorf("%s: %w: unreadable verify answer (HTTP 200)", Name, providers.ErrUnknown)
+		}
+		tx, err := decodeTx(env.Data)
+		return tx, err == nil, err
+	case (resp.Status == http.StatusNotFound || resp.Status == http.StatusBadRequest) &&
+		decodeErr == nil && strings.Contains(strings.ToLower(env.Message), "not found"):
+		return transaction{}, false, nil
+	default:
+		return transaction{}, false, statusError("verify", resp.Status, env.Message)
+	}
+}
+
+func (p *Provider) request(method, u string, body []byte) (*http.Request, error) {
+	var r *http.Request
+	var err error
+	if body != nil {
+		r, err = http.NewRequest(method, u, bytes.NewReader(body))
+	} else {
+		r, err = http.NewRequest(method, u, nil)
+	}
+	if err != nil {
+		// A malformed base URL: nothing was sent.
+		return nil, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
+	}
+	r.Header.Set("Authorization", "Bearer "+p.key)
+	r.Header.Set("Accept", "application/json")
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return r, nil
+}
+
+func decode(body []byte) (envelope, error) {
+	var env envelope
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	err := d.Decode(&env)
+	return env, err
+}
+
+func decodeTx(data json.RawMessage) (transaction, error) {
+	var tx transaction
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&tx); err != nil || tx.Status == "" {
+		return transaction{}, fmt.Errorf("%s: %w: answer without a transaction status", Name, providers.ErrUnknown)
+	}
+	return tx, nil
+}
+
+// isDuplicate matches Paystack's "Duplicate Transaction Reference" and
+// "Duplicate charge request for reference" case-insensitively, because the
+// exact text for charge_authorization is not documented.
+func isDuplicate(msg string) bool { return strings.Contains(strings.ToLower(msg), "duplicate") }
+
+// statusError classifies a non-200 answer, with the status and Paystack's
+// message only: the body may echo customer data.
+func statusError(op string, status int, msg string) error {
+	return fmt.Errorf("%s: %s: %w: HTTP %d: %s", Name, op, wire.StatusClass(status), status, wire.Message(msg))
+}
+
+// result maps data.status (shared/providers.md 1.5). Anything we do not know
+// is pending: it is not final, so the sweeper keeps asking and a person
+// reviews it after REVIEW_AFTER rather than us guessing.
+func result(tx transaction) providers.Result {
+	id := tx.ID.String()
+	switch strings.ToLower(tx.Status) {
+	case "success":
+		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
+	case "failed", "reversed":
+		return wire.Declined(id, wire.DeclineCode(tx.GatewayResponse))
+	default: // pending, ongoing, processing, queued, send_*, open_url, pay_offline, abandoned
+		return providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
+	}
+}
+
+// VerifyWebhook checks x-paystack-signature, the hex HMAC-SHA512 of the raw
+// body keyed with the secret key, in constant time, then reads the event.
+// Only charge.* events carry a Reference; others verify but return an empty
+// Reference, meaning "acknowledge and ignore".
+func (p *Provider) VerifyWebhook(header http.Header, body []byte) (providers.Event, error) {
+	return VerifyWebhook(p.key, header, body)
+}
+
+// VerifyWebhook is Provider.VerifyWebhook without a Provider, for tests and
+// tools that only hold the secret key.
+func VerifyWebhook(secretKey string, header http.Header, body []byte) (providers.Event, error) {
+	got, err := hex.DecodeString(strings.TrimSpace(header.Get("X-Paystack-Signature")))
+	if err != nil || len(got) != sha512.Size {
+		return providers.Event{}, fmt.Errorf("%s: %w", Name, providers.ErrBadSignature)
+	}
+	if !hmac.Equal(got, Sign(secretKey, body)) {
+		return providers.Event{}, fmt.Errorf("%s: %w", Name, providers.ErrBadSignature)
+	}
+	var ev struct {
+		Event string `json:"event"`
+		Data  struct {
+			Reference string `json:"reference"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil || ev.Event == "" {
+		return providers.Event{}, fmt.Errorf("%s: %w", Name, providers.ErrBadPayload)
+	}
+	out := providers.Event{Type: ev.Event}
+	if strings.HasPrefix(ev.Event, "charge.") {
+		if ev.Data.Reference == "" {
+			return providers.Event{}, fmt.Errorf("%s: %w: %s without reference", Name, providers.ErrBadPayload, ev.Event)
+		}
+		out.Reference = OurReference(ev.Data.Reference)
+	}
+	return out, nil
+}
+
+// Sign returns the raw HMAC-SHA512 of body under the secret key, the value
+// x-paystack-signature carries hex-encoded. The fake uses it to sign the
+// webhooks it emits.
+func Sign(secretKey string, body []byte) []byte {
+	m := hmac.New(sha512.New, []byte(secretKey))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Paystack allows only alphanumerics, '-', '.' and '=' in a reference, and
+// rejects anything else with "Invalid character in transaction reference".
+// providers.Reference has an underscore ("op_..."), so the adapter encodes
+// references on the wire rather than trusting every caller's charset: '=' is
+// the escape, and any other byte outside the set (including '=' itself)
+// becomes "=XX" (upper-case hex). The mapping is deterministic (every retry
+// sends the same wire reference, so Paystack still dedupes), injective (two
+// of our references never share a wire reference) and the identity on
+// references already in the charset without '='.
+const refHex = "0123456789ABCDEF"
+
+func refSafe(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.'
+}
+
+// WireReference is the reference Paystack sees for our reference ref.
+func WireReference(ref string) string {
+	var b strings.Builder
+	for i := 0; i < len(ref); i++ {
+		c := ref[i]
+		if refSafe(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('=')
+		b.WriteByte(refHex[c>>4])
+		b.WriteByte(refHex[c&0xF])
+	}
+	return b.String()
+}
+
+// OurReference reverses WireReference. A reference that is not a valid
+// encoding (not made by us) is returned unchanged: the gateway finds no
+// payment for it and ignores it.
+func OurReference(wire string) string {
+	if !strings.Contains(wire, "=") {
+		return wire
+	}
+	var b strings.Builder
+	for i := 0; i < len(wire); i++ {
+		c := wire[i]
+		if c != '=' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(wire) {
+			return wire
+		}
+		hi, lo := strings.IndexByte(refHex, wire[i+1]), strings.IndexByte(refHex, wire[i+2])
+		if hi < 0 || lo < 0 {
+			return wire
+		}
+		b.WriteByte(byte(hi<<4 | lo))
+		i += 2
+	}
+	return b.String()
+}
