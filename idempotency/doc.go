@@ -1,0 +1,80 @@
+// Package idempotency makes a retried mutating request take effect at most
+// once. It owns the idempotency_keys store and the Fiber middleware that
+// claims, replays and takes over keys; it knows nothing about payments, so
+// refunds and any later mutating route reuse it unchanged.
+//
+// # Keys
+//
+// A key is scoped to a merchant: (merchant_id, key) is the primary key, and
+// every query on a key filters on both, so the same key from two merchants
+// names two unrelated rows. The merchant comes from the verified token
+// (Config.Scope), never from the request. A key is stored with the
+// Fingerprint of the method, route and raw body of the request that first
+// used it; reusing the key for anything else is a mismatch (422).
+//
+// # State machine
+//
+// A key's row moves through these states. Nothing about a key lives in
+// memory: every transition is one conditional SQL statement, and
+// RowsAffected == 1 says who won it, so the guarantees hold across any
+// number of gateway instances on one database.
+//
+//	                 Claim (INSERT … ON CONFLICT DO NOTHING)
+//	                              │
+//	                              ▼
+//	   ┌──────────────────► in_progress (lock_token T, locked_until L) ──────────┐
+//	   │ TakeOver                 │                     │                        │
+//	   │ (L < now; new token)     │ Complete(T)         │ Release(T)             │ LeaveInProgress(T)
+//	   │                          ▼                     ▼                        │ (L = now)
+//	   └── lease lapsed ◄──     done                (no row)                     │
+//	                          (terminal,           a later Claim                 │
+//	                           replayed;           starts afresh                 │
+//	                           purged after        ◄─────────────────────────────┘ lease lapsed at once
+//	                           the TTL)
+//
+// Claimed: the first request inserts the row in_progress with a random
+// lock_token and a lease (locked_until = now + Lease). The insert that
+// affects a row owns the key; a request whose insert does nothing reads the
+// row instead and is answered from it:
+//
+//   - done: the stored status, headers and body, byte for byte, with
+//     Idempotent-Replayed: true;
+//   - in_progress, lease live: 409 with Retry-After: 1;
+//   - in_progress, lease lapsed: taken over (below).
+//
+// Completed: the owner stores its final answer with Complete, in the same
+// transaction as the resource's final state, so a replay never disagrees
+// with the ledger. done is terminal; the purge deletes done rows after the
+// key TTL (PurgeDone), never a row in progress.
+//
+// Released: nothing happened outside the gateway (invalid body, a provider
+// that certainly never saw the charge), so the owner deletes its row and the
+// next request with the key is a fresh first request.
+//
+// Left in progress: the outcome is unknown (a provider timeout). The owner
+// ends its lease now but keeps the row in_progress, so the client's next
+// retry takes the key over at once and re-drives the work with the same
+// provider reference, which the provider dedupes.
+//
+// Left with its lease: if the owner does none of the above — it returned an
+// error, panicked, or the process died — the row stays in_progress until the
+// lease lapses. That is the safe default: a request that may have charged is
+// never forgotten. A retry then takes it over, or the sweeper (Stale, then
+// TakeOver) resolves it by looking the reference up.
+//
+// Taken over: once locked_until has passed, TakeOver installs a new
+// lock_token and lease with one UPDATE conditional on status and lease, so
+// exactly one of any number of contenders wins; the loser answers 409. The
+// old owner's token is fenced off: its Complete, Release, LeaveInProgress or
+// SetResource returns ErrLostClaim and it must roll back. A Claim from
+// TakeOver has TakenOver set, telling the handler that earlier work may
+// exist and must be re-driven, not restarted.
+//
+// # Time
+//
+// The lease is compared with the store's clock (Store.WithClock in tests),
+// never with the database's, and every time is stored in UTC at
+// microsecond precision so PostgreSQL and SQLite order them alike. The lease
+// must exceed the provider timeout, or a retry could take over a request
+// that is still waiting on the provider.
+package idempotency

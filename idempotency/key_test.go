@@ -1,0 +1,111 @@
+package idempotency_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/idempotency"
+)
+
+// quote writes k as an RFC 8941 sf-string.
+func quote(k string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
+}
+
+func TestNormalizeKey(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", idempotency.MaxKeyLen)
+	tests := []struct {
+		name, raw, want string
+		invalid         bool
+	}{
+		{name: "BareKeyIsItself", raw: "8e03978e-40d5-43e8-bc93-6894a57f9324", want: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{name: "QuotedKeyIsBareKey", raw: `"8e03978e-40d5"`, want: "8e03978e-40d5"},
+		{name: "QuotedEscapesAreUnescaped", raw: `"a\"b\\c"`, want: `a"b\c`},
+		{name: "MaxLengthIsValid", raw: long, want: long},
+		{name: "QuotedMaxLengthIsValid", raw: `"` + long + `"`, want: long},
+		{name: "InnerQuoteInBareKeyIsValid", raw: `a"b`, want: `a"b`},
+		{name: "EmptyIsInvalid", raw: "", invalid: true},
+		{name: "EmptyQuotedIsInvalid", raw: `""`, invalid: true},
+		{name: "TooLongIsInvalid", raw: long + "k", invalid: true},
+		{name: "QuotedTooLongIsInvalid", raw: `"` + long + `k"`, invalid: true},
+		{name: "NonASCIIIsInvalid", raw: "clé", invalid: true},
+		{name: "ControlCharIsInvalid", raw: "a\tb", invalid: true},
+		{name: "DELIsInvalid", raw: "a\x7fb", invalid: true},
+		{name: "UnterminatedQuoteIsInvalid", raw: `"abc`, invalid: true},
+		{name: "BadEscapeIsInvalid", raw: `"a\nb"`, invalid: true},
+		{name: "UnescapedInnerQuoteIsInvalid", raw: `"a"b"`, invalid: true},
+		{name: "KeyStartingWithQuoteIsInvalid", raw: `"\"abc"`, invalid: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := idempotency.NormalizeKey(tt.raw)
+			if tt.invalid {
+				require.ErrorIs(t, err, idempotency.ErrKeyInvalid)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	base := idempotency.Fingerprint("POST", "/v1/payments", []byte(`{"amount":100}`))
+	require.Len(t, base, 64)
+	require.Equal(t, base, idempotency.Fingerprint("POST", "/v1/payments", []byte(`{"amount":100}`)))
+	for name, other := range map[string]string{
+		"OtherMethod":       idempotency.Fingerprint("PUT", "/v1/payments", []byte(`{"amount":100}`)),
+		"OtherRoute":        idempotency.Fingerprint("POST", "/v1/refunds", []byte(`{"amount":100}`)),
+		"OtherBody":         idempotency.Fingerprint("POST", "/v1/payments", []byte(`{"amount":101}`)),
+		"BoundaryShifted":   idempotency.Fingerprint("POST", "/v1/payments{", []byte(`"amount":100}`)),
+		"MethodRouteJoined": idempotency.Fingerprint("POST/v1/payments", "", []byte(`{"amount":100}`)),
+	} {
+		require.NotEqual(t, base, other, name)
+	}
+}
+
+func FuzzNormalizeKey(f *testing.F) {
+	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"a\\b"`, `"`, `""`, `"\"`, "a\x00b", "é", strings.Repeat("x", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		k, err := idempotency.NormalizeKey(raw)
+		if err != nil {
+			require.ErrorIs(t, err, idempotency.ErrKeyInvalid)
+			return
+		}
+		require.NotEmpty(t, k)
+		require.LessOrEqual(t, len(k), idempotency.MaxKeyLen)
+		for i := 0; i < len(k); i++ {
+			require.True(t, k[i] >= 0x20 && k[i] <= 0x7e, "byte %#x", k[i])
+		}
+		// A normalised key is valid and stable, and its quoted form is the
+		// same key.
+		again, err := idempotency.NormalizeKey(k)
+		require.NoError(t, err)
+		require.Equal(t, k, again)
+		quoted, err := idempotency.NormalizeKey(quote(k))
+		require.NoError(t, err)
+		require.Equal(t, k, quoted)
+	})
+}
+
+func FuzzFingerprint(f *testing.F) {
+	f.Add("POST", "/v1/payments", []byte(`{"amount":100}`))
+	f.Add("", "", []byte(nil))
+	f.Fuzz(func(t *testing.T, method, route string, body []byte) {
+		fp := idempotency.Fingerprint(method, route, body)
+		require.Len(t, fp, 64)
+		require.Equal(t, fp, idempotency.Fingerprint(method, route, body))
+		// Moving a byte across a boundary changes the hash.
+		if route != "" {
+			require.NotEqual(t, fp, idempotency.Fingerprint(method+route[:1], route[1:], body))
+			require.NotEqual(t, fp, idempotency.Fingerprint(method, route[:len(route)-1], append([]byte{route[len(route)-1]}, body...)))
+		}
+	})
+}

@@ -1,0 +1,206 @@
+package idempotency
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+
+	"github.com/oncepay/gateway/app/problem"
+)
+
+// HeaderKey is the request header that carries the key.
+const HeaderKey = "Idempotency-Key"
+
+// HeaderReplayed marks an answer replayed from a done key.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// Outcomes reported to Config.Observe.
+const (
+	OutcomeClaimed   = "claimed"
+	OutcomeReplayed  = "replayed"
+	OutcomeConflict  = "conflict_409"
+	OutcomeMismatch  = "mismatch_422"
+	OutcomeTakenOver = "taken_over"
+	OutcomeReleased  = "released"
+	OutcomeInvalid   = "invalid_400"
+)
+
+// Config configures Middleware.
+type Config struct {
+	// Store keeps the keys. Required.
+	Store *Store
+	// Lease is how long an owner holds a key before a retry may take it
+	// over (IDEMPOTENCY_LEASE). It must exceed the provider timeout.
+	// Required.
+	Lease time.Duration
+	// Scope returns the merchant id from the verified token, set by an
+	// earlier auth middleware. An empty id is a wiring error: 500. Required.
+	Scope func(c *fiber.Ctx) string
+	// Observe, if set, is called once per outcome (the Outcome constants),
+	// e.g. to count them in metrics. A request that claims and then
+	// releases reports both.
+	Observe func(outcome string)
+}
+
+// claimKey is the c.Locals key of the request's Claim.
+type claimKey struct{}
+
+// ClaimFrom returns the claim the middleware took for this request. ok is
+// false when the middleware did not run or did not hand the request on.
+func ClaimFrom(c *fiber.Ctx) (Claim, bool) {
+	cl, ok := c.Locals(claimKey{}).(Claim)
+	return cl, ok
+}
+
+// Middleware enforces the idempotency contract of design.md on every
+// mutating request (GET, HEAD and OPTIONS pass through untouched):
+//
+//   - no Idempotency-Key: 400 idempotency_key_missing; an invalid one (see
+//     NormalizeKey, or the header sent twice): 400 idempotency_key_invalid.
+//     Nothing is stored for a request rejected before the claim.
+//   - a new key is claimed and the handler runs with ClaimFrom(c).
+//   - a known key with a different method, route or body: 422
+//     idempotency_key_mismatch.
+//   - a done key: the stored status, headers and body, byte for byte, plus
+//     Idempotent-Replayed: true.
+//   - a key in progress under a live lease: 409 idempotency_key_in_use with
+//     Retry-After: 1.
+//   - a key in progress whose lease lapsed: taken over (409 if another
+//     request won that race) and the handler runs with Claim.TakenOver.
+//
+// The handler that gets a claim must end it: Store.Complete (final answer,
+// in the transaction of the final state), Store.Release (nothing happened)
+// or Store.LeaveInProgress (outcome unknown). If it returns without doing
+// any of these — an error, a panic, a crash — the key simply stays in
+// progress until its lease lapses, and a retry or the sweeper settles it:
+// a possibly-charged request is never forgotten.
+func Middleware(cfg Config) fiber.Handler {
+	if cfg.Store == nil || cfg.Scope == nil || cfg.Lease <= 0 {
+		panic("idempotency: Middleware needs Store, Scope and a positive Lease")
+	}
+	observe := cfg.Observe
+	if observe == nil {
+		observe = func(string) {}
+	}
+	s := cfg.Store
+	return func(c *fiber.Ctx) error {
+		switch c.Method() {
+		case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
+			return c.Next()
+		}
+		merchantID := cfg.Scope(c)
+		if merchantID == "" {
+			slog.ErrorContext(c.UserContext(), "idempotency: no merchant in scope; is the auth middleware mounted first?")
+			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+		}
+		values := c.Request().Header.PeekAll(HeaderKey)
+		if len(values) == 0 {
+			observe(OutcomeInvalid)
+			return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_missing",
+				"the Idempotency-Key header is required on this route"))
+		}
+		key, err := NormalizeKey(string(values[0])) // string() copies Fiber's buffer
+		if err != nil || len(values) > 1 {
+			observe(OutcomeInvalid)
+			return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_invalid",
+				"the Idempotency-Key must be 1 to 255 printable ASCII characters, sent once"))
+		}
+		merchantID = utils.CopyString(merchantID)
+		// The hash is computed now, so Fiber's reused buffers are never kept.
+		hash := Fingerprint(c.Method(), c.Path(), c.Body())
+		ctx := c.UserContext()
+		log := slog.With("merchant_id", merchantID, "idempotency_key", key)
+
+		claim, rec, err := s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease})
+		if err != nil {
+			log.ErrorContext(ctx, "idempotency: claim failed", "err", err)
+			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+		}
+		if rec == nil {
+			observe(OutcomeClaimed)
+			return run(c, claim, observe, log)
+		}
+		if rec.RequestHash != hash {
+			observe(OutcomeMismatch)
+			return problem.Write(c, problem.New(fiber.StatusUnprocessableEntity, "idempotency_key_mismatch",
+				"this Idempotency-Key was used with a different method, route or body"))
+		}
+		if rec.Status == StatusDone {
+			observe(OutcomeReplayed)
+			c.Set(HeaderReplayed, "true")
+			return rec.Response().Write(c)
+		}
+		if !rec.LockedUntil.Before(s.clock()) {
+			observe(OutcomeConflict)
+			return inUse(c)
+		}
+		claim, ok, err := s.TakeOver(ctx, merchantID, key, cfg.Lease)
+		if err != nil {
+			log.ErrorContext(ctx, "idempotency: take over failed", "err", err)
+			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+		}
+		if !ok {
+			// Another retry took it over first (or it just finished or was
+			// released): the client's next retry gets the right answer.
+			observe(OutcomeConflict)
+			return inUse(c)
+		}
+		observe(OutcomeTakenOver)
+		log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
+		return run(c, claim, observe, log)
+	}
+}
+
+func inUse(c *fiber.Ctx) error {
+	return problem.Write(c, problem.New(fiber.StatusConflict, "idempotency_key_in_use",
+		"a request with this Idempotency-Key is in progress; retry later").WithRetryAfter(1))
+}
+
+// run hands the claimed request to the handler and reports how it ended the
+// claim. Nothing here changes the key: a handler that ends none of the ways
+// leaves it in progress under its lease, by design.
+func run(c *fiber.Ctx, claim Claim, observe func(string), log *slog.Logger) error {
+	c.Locals(claimKey{}, claim)
+	err := c.Next()
+	switch claim.state.get() {
+	case endReleased:
+		observe(OutcomeReleased)
+	case endNone:
+		log.WarnContext(c.UserContext(), "idempotency: handler did not complete, release or leave its claim; the key stays in progress until its lease lapses")
+	}
+	return err
+}
+
+// Write sends r exactly: its status, its headers and its body bytes.
+func (r Response) Write(c *fiber.Ctx) error {
+	for k, v := range r.Header {
+		c.Set(k, v)
+	}
+	return c.Status(r.Status).Send(r.Body)
+}
+
+// How a handler ended its claim.
+const (
+	endNone int32 = iota
+	endCompleted
+	endReleased
+	endLeft
+)
+
+type claimState struct{ end atomic.Int32 }
+
+func (s *claimState) set(end int32) {
+	if s != nil {
+		s.end.Store(end)
+	}
+}
+
+func (s *claimState) get() int32 {
+	if s == nil {
+		return endNone
+	}
+	return s.end.Load()
+}

@@ -1,0 +1,366 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Sentinel errors of the package. Callers compare with errors.Is.
+var (
+	// ErrNotFound means no key with that merchant and name exists.
+	ErrNotFound = errors.New("idempotency: key not found")
+	// ErrLostClaim means the claim no longer owns its key: its lease
+	// lapsed and another request (or the sweeper) took the key over, or
+	// the key was already completed or released. A caller inside a
+	// transaction must roll it back.
+	ErrLostClaim = errors.New("idempotency: claim lost")
+	// ErrKeyInvalid means an Idempotency-Key value is empty, too long,
+	// not printable ASCII, or a malformed quoted string.
+	ErrKeyInvalid = errors.New("idempotency: key invalid")
+)
+
+// Status is the state of a stored key.
+type Status string
+
+// The two states a row can be in. A released key has no row.
+const (
+	StatusInProgress Status = "in_progress"
+	StatusDone       Status = "done"
+)
+
+// Record is one row of idempotency_keys.
+//
+// All times are UTC with microsecond precision: PostgreSQL keeps
+// microseconds, and SQLite stores times as text that only orders correctly
+// when every value has the same zone.
+type Record struct {
+	MerchantID  string `gorm:"column:merchant_id;primaryKey"`
+	Key         string `gorm:"column:key;primaryKey"`
+	RequestHash string `gorm:"column:request_hash"`
+	Status      Status `gorm:"column:status"`
+	// StatusCode, Header and Body are the final answer, set by Complete.
+	StatusCode int               `gorm:"column:status_code"`
+	Body       []byte            `gorm:"column:response"`
+	Header     map[string]string `gorm:"column:response_headers;serializer:json"`
+	// LockedUntil is the end of the owner's lease; LockToken fences the
+	// owner, so a request whose key was taken over cannot write.
+	LockedUntil time.Time  `gorm:"column:locked_until"`
+	LockToken   string     `gorm:"column:lock_token"`
+	ResourceID  string     `gorm:"column:resource_id"`
+	CreatedAt   time.Time  `gorm:"column:created_at"`
+	CompletedAt *time.Time `gorm:"column:completed_at"`
+}
+
+// TableName is the table the migrations create.
+func (Record) TableName() string { return "idempotency_keys" }
+
+// Response is the stored answer of a done key.
+func (r *Record) Response() Response {
+	return Response{Status: r.StatusCode, Header: r.Header, Body: r.Body, ResourceID: r.ResourceID}
+}
+
+// Response is a final answer as it is stored and replayed: the exact bytes
+// and headers sent, never re-encoded.
+type Response struct {
+	Status int
+	// Header holds the response headers to replay, by canonical name; at
+	// least Content-Type, and Location when there is one.
+	Header map[string]string
+	Body   []byte
+	// ResourceID, when not empty, links the key to what the request made
+	// (e.g. the payment id). It is stored, not sent.
+	ResourceID string
+}
+
+// Claim is the proof that a request owns a key. Only the holder of a claim
+// may Complete, Release, LeaveInProgress or SetResource, and only while no
+// one has taken the key over (the Token must still match).
+type Claim struct {
+	MerchantID  string
+	Key         string
+	Token       string
+	LockedUntil time.Time
+	// TakenOver is true when the key was claimed from an owner whose lease
+	// lapsed: earlier work may have happened and must be re-driven with the
+	// same references, never started afresh.
+	TakenOver bool
+
+	// state lets the middleware see how the handler ended the claim; it is
+	// for metrics and logs only, never for a decision.
+	state *claimState
+}
+
+// ClaimParams are the arguments of Store.Claim.
+type ClaimParams struct {
+	MerchantID  string
+	Key         string
+	RequestHash string
+	Lease       time.Duration
+}
+
+// StaleParams are the arguments of Store.Stale.
+type StaleParams struct {
+	// OlderThan selects keys created before this instant.
+	OlderThan time.Time
+	// Limit caps the number of keys returned; zero or less means 100.
+	Limit int
+}
+
+// Store keeps idempotency keys in the database. Every method on a key
+// filters on merchant_id: keys are scoped per merchant. Methods that take a
+// tx *gorm.DB run on it (it may be a transaction); a nil tx means the
+// store's own pool.
+type Store struct {
+	db  *gorm.DB
+	now func() time.Time
+}
+
+// NewStore returns a store over db using the wall clock.
+func NewStore(db *gorm.DB) *Store {
+	return &Store{db: db, now: time.Now}
+}
+
+// WithClock returns a copy of s that reads time from now, for tests and for
+// callers that share a clock.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	cp := *s
+	cp.now = now
+	return &cp
+}
+
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+func (s *Store) exec(ctx context.Context, tx *gorm.DB) *gorm.DB {
+	if tx == nil {
+		tx = s.db
+	}
+	return tx.WithContext(ctx)
+}
+
+// claimAttempts bounds Claim's retries when the row it lost to vanishes
+// (released) before it can be read.
+const claimAttempts = 3
+
+// Claim tries to own a key with a single INSERT … ON CONFLICT DO NOTHING:
+// the insert that affects a row owns the key, so two requests can never
+// both win. On success it returns the Claim and a nil Record; otherwise a
+// zero Claim and the existing Record, which the caller inspects (replay,
+// conflict, mismatch, or TakeOver when its lease lapsed).
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error) {
+	for range claimAttempts {
+		now := s.clock()
+		rec := Record{
+			MerchantID:  p.MerchantID,
+			Key:         p.Key,
+			RequestHash: p.RequestHash,
+			Status:      StatusInProgress,
+			LockedUntil: now.Add(p.Lease),
+			LockToken:   uuid.NewString(),
+			CreatedAt:   now,
+		}
+		res := s.exec(ctx, nil).Clauses(clause.OnConflict{DoNothing: true}).Create(&rec)
+		if res.Error != nil {
+			return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return s.newClaim(rec.MerchantID, rec.Key, rec.LockToken, rec.LockedUntil, false), nil, nil
+		}
+		existing, err := s.Get(ctx, p.MerchantID, p.Key)
+		if errors.Is(err, ErrNotFound) {
+			continue // released between our insert and read: try again
+		}
+		if err != nil {
+			return Claim{}, nil, err
+		}
+		return Claim{}, existing, nil
+	}
+	return Claim{}, nil, fmt.Errorf("idempotency: claim: key %q keeps being released", p.Key)
+}
+
+func (s *Store) newClaim(merchantID, key, token string, until time.Time, takenOver bool) Claim {
+	return Claim{MerchantID: merchantID, Key: key, Token: token, LockedUntil: until, TakenOver: takenOver, state: &claimState{}}
+}
+
+// TakeOver claims a key whose owner's lease lapsed while it was still in
+// progress, with one conditional UPDATE that installs a new lock token: of
+// any number of concurrent callers exactly one gets ok == true. The old
+// owner's token stops working (ErrLostClaim). ok is false, with no error,
+// when the key is missing, done, or still leased.
+func (s *Store) TakeOver(ctx context.Context, merchantID, key string, lease time.Duration) (Claim, bool, error) {
+	now := s.clock()
+	token := uuid.NewString()
+	until := now.Add(lease)
+	res := s.exec(ctx, nil).Model(&Record{}).
+		Where("merchant_id = ? AND key = ? AND status = ? AND locked_until < ?", merchantID, key, StatusInProgress, now).
+		Updates(map[string]any{"lock_token": token, "locked_until": until})
+	if res.Error != nil {
+		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return Claim{}, false, nil
+	}
+	return s.newClaim(merchantID, key, token, until, true), true, nil
+}
+
+// owned updates the key of c with values if c still owns it.
+func (s *Store) owned(ctx context.Context, tx *gorm.DB, c Claim, op string, values map[string]any) error {
+	res := s.exec(ctx, tx).Model(&Record{}).
+		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
+		Updates(values)
+	return checkOwned(res, op)
+}
+
+func checkOwned(res *gorm.DB, op string) error {
+	if res.Error != nil {
+		return fmt.Errorf("idempotency: %s: %w", op, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("idempotency: %s: %w", op, ErrLostClaim)
+	}
+	return nil
+}
+
+// Complete stores r as the key's final answer and marks it done. Run it on
+// the transaction that records the resource's final state, so the replay
+// and the ledger commit (or roll back) together. ErrLostClaim means the key
+// was taken over: roll the transaction back, the new owner answers.
+func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) error {
+	var header any // NULL when there are no headers
+	if len(r.Header) > 0 {
+		b, err := json.Marshal(r.Header)
+		if err != nil {
+			return fmt.Errorf("idempotency: complete: %w", err)
+		}
+		header = string(b)
+	}
+	body := r.Body
+	if body == nil {
+		body = []byte{}
+	}
+	values := map[string]any{
+		"status":           StatusDone,
+		"status_code":      r.Status,
+		"response":         body,
+		"response_headers": header,
+		"completed_at":     s.clock(),
+	}
+	if r.ResourceID != "" {
+		values["resource_id"] = r.ResourceID
+	}
+	if err := s.owned(ctx, tx, c, "complete", values); err != nil {
+		return err
+	}
+	c.state.set(endCompleted)
+	return nil
+}
+
+// Release deletes the claim: nothing happened outside the gateway (the body
+// was invalid, or the provider never received the charge), so a later
+// request with the key becomes a fresh owner.
+func (s *Store) Release(ctx context.Context, c Claim) error {
+	res := s.exec(ctx, nil).
+		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
+		Delete(&Record{})
+	if err := checkOwned(res, "release"); err != nil {
+		return err
+	}
+	c.state.set(endReleased)
+	return nil
+}
+
+// LeaveInProgress ends this request's interest in a key whose outcome is
+// unknown (a provider timeout): the key stays in progress but its lease ends
+// now, so the client's next retry takes it over and re-drives the work at
+// once instead of waiting out the lease. That is safe because the work is
+// re-driven with the same provider reference, which the provider dedupes.
+func (s *Store) LeaveInProgress(ctx context.Context, c Claim) error {
+	if err := s.owned(ctx, nil, c, "leave in progress", map[string]any{"locked_until": s.clock()}); err != nil {
+		return err
+	}
+	c.state.set(endLeft)
+	return nil
+}
+
+// SetResource links the key to the resource the request is working on (e.g.
+// the payment id) before the outcome is known, so a sweeper or a retry that
+// takes over can find it.
+func (s *Store) SetResource(ctx context.Context, tx *gorm.DB, c Claim, resourceID string) error {
+	return s.owned(ctx, tx, c, "set resource", map[string]any{"resource_id": resourceID})
+}
+
+// Get reads one key of a merchant. It returns ErrNotFound when there is no
+// such key (including another merchant's key of the same name).
+func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error) {
+	var rec Record
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND key = ?", merchantID, key).Take(&rec).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: get: %w", err)
+	}
+	return &rec, nil
+}
+
+// Stale lists, oldest first and across merchants (it is the sweeper's
+// query), keys still in progress that were created before p.OlderThan and
+// whose lease has lapsed. On PostgreSQL the rows are locked FOR UPDATE SKIP
+// LOCKED, so run it in a transaction: concurrent sweepers get disjoint sets
+// and keep their rows until they commit. SQLite has a single writer and no
+// row locks, so there the clause is left out.
+func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q := s.exec(ctx, tx)
+	if q.Dialector.Name() == "postgres" {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+	}
+	var recs []Record
+	err := q.Where("status = ? AND created_at < ? AND locked_until < ?", StatusInProgress, p.OlderThan.UTC(), s.clock()).
+		Order("created_at, merchant_id, key").
+		Limit(limit).
+		Find(&recs).Error
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: stale: %w", err)
+	}
+	return recs, nil
+}
+
+// PurgeDone deletes done keys completed before the cutoff, across merchants,
+// at most batch rows per statement (zero or less means 1000) so no statement
+// holds many locks or a long transaction; it loops until a statement deletes
+// fewer than batch rows. A key in progress is never deleted.
+func (s *Store) PurgeDone(ctx context.Context, before time.Time, batch int) (deleted int64, err error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	before = before.UTC()
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		db := s.exec(ctx, nil)
+		victims := db.Model(&Record{}).Select("merchant_id, key").
+			Where("status = ? AND completed_at < ?", StatusDone, before).
+			Order("completed_at").Limit(batch)
+		// Row values in IN need SQLite ≥ 3.15; the status test is repeated
+		// outside the subquery so a row can never be deleted unless done.
+		res := db.Where("status = ? AND (merchant_id, key) IN (?)", StatusDone, victims).Delete(&Record{})
+		if res.Error != nil {
+			return deleted, fmt.Errorf("idempotency: purge: %w", res.Error)
+		}
+		deleted += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return deleted, nil
+		}
+	}
+}
