@@ -1,0 +1,594 @@
+package tenants
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/providers"
+)
+
+// Handler serves the tenants HTTP API.
+type Handler struct {
+	svc *Service
+}
+
+// NewHandler returns the handlers of svc.
+func NewHandler(svc *Service) *Handler { return &Handler{svc: svc} }
+
+// AdminRoutes mounts the admin-key check on r (the /admin/v1 group: every
+// route under it requires the key) and the /tenants routes.
+func (h *Handler) AdminRoutes(r fiber.Router) {
+	r.Use(h.requireAdmin)
+	r.Post("/tenants", h.createTenant)
+	r.Get("/tenants", h.listTenants)
+	r.Get("/tenants/:id", h.getTenant)
+	r.Patch("/tenants/:id", h.updateTenant)
+	r.Post("/tenants/:id/credentials", h.rotateCredentials)
+}
+
+// TokenRoutes mounts POST /auth/token on r (the /v1 group). Register it
+// before the RequireMerchant group: it authenticates clients itself.
+func (h *Handler) TokenRoutes(r fiber.Router) {
+	r.Post("/auth/token", h.issueToken)
+}
+
+// MerchantRoutes mounts GET /me on r, which must already be behind
+// RequireMerchant.
+func (h *Handler) MerchantRoutes(r fiber.Router) {
+	r.Get("/me", h.me)
+}
+
+// --- request and response bodies (the wire shapes, not the GORM models) ---
+
+// CreateTenantRequest onboards a tenant.
+type CreateTenantRequest struct {
+	Name            string                       `json:"name" example:"Ada Stores"`
+	Status          string                       `json:"status,omitempty" enums:"active,suspended" example:"active"`
+	DefaultProvider string                       `json:"default_provider" example:"simulator"`
+	Providers       map[string]map[string]string `json:"providers,omitempty"`
+}
+
+// String redacts the provider secrets.
+func (r CreateTenantRequest) String() string { return "tenants.CreateTenantRequest{redacted}" }
+
+// GoString redacts the provider secrets.
+func (r CreateTenantRequest) GoString() string { return r.String() }
+
+// UpdateTenantRequest changes a tenant; absent fields stay as they are. A
+// provider mapped to secrets creates or replaces that account; a provider
+// mapped to null removes it.
+type UpdateTenantRequest struct {
+	Name            *string                      `json:"name,omitempty" example:"Ada Stores Ltd"`
+	Status          *string                      `json:"status,omitempty" enums:"active,suspended" example:"suspended"`
+	DefaultProvider *string                      `json:"default_provider,omitempty" example:"paystack"`
+	Providers       map[string]map[string]string `json:"providers,omitempty"`
+}
+
+// String redacts the provider secrets.
+func (r UpdateTenantRequest) String() string { return "tenants.UpdateTenantRequest{redacted}" }
+
+// GoString redacts the provider secrets.
+func (r UpdateTenantRequest) GoString() string { return r.String() }
+
+// TenantResponse is a tenant. It never carries a secret.
+type TenantResponse struct {
+	ID              string    `json:"id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
+	Name            string    `json:"name" example:"Ada Stores"`
+	Status          string    `json:"status" enums:"active,suspended" example:"active"`
+	DefaultProvider string    `json:"default_provider" example:"simulator"`
+	Providers       []string  `json:"providers" example:"paystack,simulator"`
+	CreatedAt       time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
+	UpdatedAt       time.Time `json:"updated_at" example:"2025-01-02T15:04:05Z"`
+}
+
+// CreatedTenantResponse is a new tenant with its first credentials; the
+// client secret is shown here once and cannot be read again.
+type CreatedTenantResponse struct {
+	TenantResponse
+	ClientID     string `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
+	ClientSecret string `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
+}
+
+// String redacts the client secret.
+func (r CreatedTenantResponse) String() string {
+	return "tenants.CreatedTenantResponse{ID:" + r.ID + " ClientID:" + r.ClientID + " ClientSecret:[redacted]}"
+}
+
+// GoString redacts the client secret.
+func (r CreatedTenantResponse) GoString() string { return r.String() }
+
+// CredentialsResponse is a new credential pair, shown once.
+type CredentialsResponse struct {
+	TenantID     string    `json:"tenant_id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
+	ClientID     string    `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
+	ClientSecret string    `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
+	CreatedAt    time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
+}
+
+// String redacts the client secret.
+func (r CredentialsResponse) String() string {
+	return "tenants.CredentialsResponse{TenantID:" + r.TenantID + " ClientID:" + r.ClientID + " ClientSecret:[redacted]}"
+}
+
+// GoString redacts the client secret.
+func (r CredentialsResponse) GoString() string { return r.String() }
+
+// TenantListResponse is one page of tenants, oldest first.
+type TenantListResponse struct {
+	Data []TenantResponse `json:"data"`
+	// NextCursor is passed as ?cursor= for the next page; absent on the
+	// last page.
+	NextCursor string `json:"next_cursor,omitempty" example:"MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"`
+}
+
+// TokenResponse is an OAuth 2.0 access token response (RFC 6749 §5.1).
+type TokenResponse struct {
+	AccessToken string `json:"access_token" example:"eyJhbGciOiJIUzI1NiIsImtpZCI6IjNmYTg1ZjY0NTc1YmI3ZTQiLCJ0eXAiOiJKV1QifQ.e30.sig"`
+	TokenType   string `json:"token_type" example:"Bearer"`
+	ExpiresIn   int    `json:"expires_in" example:"900"`
+}
+
+// String redacts the token.
+func (r TokenResponse) String() string { return "tenants.TokenResponse{redacted}" }
+
+// GoString redacts the token.
+func (r TokenResponse) GoString() string { return r.String() }
+
+func tenantResponse(t Tenant) TenantResponse {
+	ps := t.Providers
+	if ps == nil {
+		ps = []string{}
+	}
+	return TenantResponse{ID: t.ID, Name: t.Name, Status: t.Status, DefaultProvider: t.DefaultProvider,
+		Providers: ps, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+}
+
+// --- admin API ---
+
+// createTenant onboards a tenant.
+//
+//	@Summary		Onboard a tenant
+//	@Description	Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets).
+//	@Tags			admin
+//	@Accept			json
+//	@Produce		json
+//	@Param			body	body		CreateTenantRequest	true	"The tenant"
+//	@Success		201		{object}	CreatedTenantResponse
+//	@Header			201		{string}	Location	"/admin/v1/tenants/{id}"
+//	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		401		{object}	problem.Problem	"unauthorized"
+//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Security		AdminKey
+//	@Router			/admin/v1/tenants [post]
+func (h *Handler) createTenant(c *fiber.Ctx) error {
+	var req CreateTenantRequest
+	if p := decodeJSON(c.Body(), &req); p != nil {
+		return p
+	}
+	t, creds, err := h.svc.Create(c.UserContext(), CreateParams{
+		Name: req.Name, Status: req.Status, DefaultProvider: req.DefaultProvider, Providers: toSecrets(req.Providers),
+	})
+	if err != nil {
+		return toProblem(err)
+	}
+	noStore(c)
+	c.Location(strings.TrimSuffix(c.Path(), "/") + "/" + t.ID)
+	return c.Status(fiber.StatusCreated).JSON(CreatedTenantResponse{
+		TenantResponse: tenantResponse(t), ClientID: creds.ClientID, ClientSecret: creds.ClientSecret,
+	})
+}
+
+// listTenants pages through tenants.
+//
+//	@Summary		List tenants
+//	@Description	Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+//	@Tags			admin
+//	@Produce		json
+//	@Param			limit	query		int		false	"Page size"	minimum(1)	maximum(100)	default(20)
+//	@Param			cursor	query		string	false	"next_cursor of the previous page"
+//	@Success		200		{object}	TenantListResponse
+//	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		401		{object}	problem.Problem	"unauthorized"
+//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Security		AdminKey
+//	@Router			/admin/v1/tenants [get]
+func (h *Handler) listTenants(c *fiber.Ctx) error {
+	p := ListParams{Cursor: utils.CopyString(c.Query("cursor"))}
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return problem.Invalid(problem.FieldError{Field: "limit", Reason: "must be an integer"})
+		}
+		if n == 0 {
+			n = -1 // an explicit 0 is out of range, not "the default"
+		}
+		p.Limit = n
+	}
+	page, err := h.svc.List(c.UserContext(), p)
+	if err != nil {
+		return toProblem(err)
+	}
+	out := TenantListResponse{Data: make([]TenantResponse, len(page.Tenants)), NextCursor: page.NextCursor}
+	for i, t := range page.Tenants {
+		out.Data[i] = tenantResponse(t)
+	}
+	return c.JSON(out)
+}
+
+// getTenant shows one tenant.
+//
+//	@Summary		Get a tenant
+//	@Description	The tenant, with the names of its configured providers (never their secrets).
+//	@Tags			admin
+//	@Produce		json
+//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Success		200	{object}	TenantResponse
+//	@Failure		401	{object}	problem.Problem	"unauthorized"
+//	@Failure		404	{object}	problem.Problem	"tenant_not_found"
+//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Security		AdminKey
+//	@Router			/admin/v1/tenants/{id} [get]
+func (h *Handler) getTenant(c *fiber.Ctx) error {
+	t, err := h.svc.Get(c.UserContext(), utils.CopyString(c.Params("id")))
+	if err != nil {
+		return toProblem(err)
+	}
+	return c.JSON(tenantResponse(t))
+}
+
+// updateTenant changes a tenant.
+//
+//	@Summary		Update a tenant
+//	@Description	Changes name, status, default provider and provider accounts. A provider mapped to secrets creates or replaces that account (names must be registered; secrets must carry the provider's required keys); mapped to null it is removed. The default provider must stay configured. Suspending a tenant stops its tokens within seconds.
+//	@Tags			admin
+//	@Accept			json
+//	@Produce		json
+//	@Param			id		path		string				true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			body	body		UpdateTenantRequest	true	"The changes"
+//	@Success		200		{object}	TenantResponse
+//	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		401		{object}	problem.Problem	"unauthorized"
+//	@Failure		404		{object}	problem.Problem	"tenant_not_found"
+//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Security		AdminKey
+//	@Router			/admin/v1/tenants/{id} [patch]
+func (h *Handler) updateTenant(c *fiber.Ctx) error {
+	var req UpdateTenantRequest
+	if p := decodeJSON(c.Body(), &req); p != nil {
+		return p
+	}
+	t, err := h.svc.Update(c.UserContext(), utils.CopyString(c.Params("id")), UpdateParams{
+		Name: req.Name, Status: req.Status, DefaultProvider: req.DefaultProvider, Providers: toSecrets(req.Providers),
+	})
+	if err != nil {
+		return toProblem(err)
+	}
+	return c.JSON(tenantResponse(t))
+}
+
+// rotateCredentials replaces a tenant's client credentials.
+//
+//	@Summary		Rotate client credentials
+//	@Description	Issues a new client_id and client_secret (shown once) and revokes the old ones at once: the old secret no longer gets tokens and tokens issued for it stop working.
+//	@Tags			admin
+//	@Produce		json
+//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Success		201	{object}	CredentialsResponse
+//	@Failure		401	{object}	problem.Problem	"unauthorized"
+//	@Failure		404	{object}	problem.Problem	"tenant_not_found"
+//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Security		AdminKey
+//	@Router			/admin/v1/tenants/{id}/credentials [post]
+func (h *Handler) rotateCredentials(c *fiber.Ctx) error {
+	creds, err := h.svc.RotateCredentials(c.UserContext(), utils.CopyString(c.Params("id")))
+	if err != nil {
+		return toProblem(err)
+	}
+	noStore(c)
+	return c.Status(fiber.StatusCreated).JSON(CredentialsResponse{
+		TenantID: creds.TenantID, ClientID: creds.ClientID, ClientSecret: creds.ClientSecret, CreatedAt: creds.CreatedAt,
+	})
+}
+
+func (h *Handler) requireAdmin(c *fiber.Ctx) error {
+	key, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
+	if !ok || !h.svc.adminKeyValid(key) {
+		c.Set(fiber.HeaderWWWAuthenticate, "Bearer")
+		return problem.New(fiber.StatusUnauthorized, "unauthorized", "a valid admin API key is required (Authorization: Bearer)")
+	}
+	return c.Next()
+}
+
+// --- token endpoint ---
+
+// issueToken is the OAuth 2.0 client-credentials grant.
+//
+//	@Summary		Get an access token
+//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer).
+//	@Tags			auth
+//	@Accept			x-www-form-urlencoded
+//	@Produce		json
+//	@Param			Authorization	header		string	true	"Basic base64(client_id:client_secret)"
+//	@Param			grant_type		formData	string	true	"Grant type"	Enums(client_credentials)
+//	@Success		200				{object}	TokenResponse
+//	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
+//	@Failure		401				{object}	problem.Problem	"invalid_client"
+//	@Failure		403				{object}	problem.Problem	"tenant_suspended"
+//	@Failure		500				{object}	problem.Problem	"internal"
+//	@Security		ClientBasic
+//	@Router			/v1/auth/token [post]
+func (h *Handler) issueToken(c *fiber.Ctx) error {
+	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
+	if err != nil || mt != fiber.MIMEApplicationForm {
+		return problem.New(fiber.StatusBadRequest, "invalid_request", "the body must be application/x-www-form-urlencoded")
+	}
+	args := c.Request().PostArgs()
+	grants := args.PeekMulti("grant_type")
+	switch {
+	case len(grants) == 0:
+		return problem.New(fiber.StatusBadRequest, "invalid_request", "grant_type is required")
+	case len(grants) > 1:
+		return problem.New(fiber.StatusBadRequest, "invalid_request", "grant_type must be sent once")
+	case string(grants[0]) != "client_credentials":
+		return problem.New(fiber.StatusBadRequest, "unsupported_grant_type", "only grant_type=client_credentials is supported")
+	case args.Has("client_secret") || args.Has("client_id"):
+		return problem.New(fiber.StatusBadRequest, "invalid_request", "send the client credentials with HTTP Basic authentication, not in the body")
+	}
+	id, secret, ok := parseBasicAuth(c.Get(fiber.HeaderAuthorization))
+	if !ok {
+		return invalidClient(c)
+	}
+	tok, err := h.svc.IssueToken(c.UserContext(), id, secret)
+	switch {
+	case errors.Is(err, ErrInvalidClient):
+		return invalidClient(c)
+	case err != nil:
+		return toProblem(err)
+	}
+	noStore(c)
+	return c.JSON(TokenResponse{AccessToken: tok.AccessToken, TokenType: tok.TokenType, ExpiresIn: int(tok.ExpiresIn / time.Second)})
+}
+
+func invalidClient(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="oncepay", charset="UTF-8"`)
+	return problem.New(fiber.StatusUnauthorized, "invalid_client", "client authentication failed")
+}
+
+// maxBasicLen bounds the Authorization header the Basic parser will decode.
+const maxBasicLen = 1024
+
+// parseBasicAuth reads "Basic base64(id:secret)". Per RFC 6749 §2.3.1 both
+// parts are form-urlencoded before encoding; ours are URL-safe anyway.
+func parseBasicAuth(header string) (id, secret string, ok bool) {
+	if len(header) > maxBasicLen {
+		return "", "", false
+	}
+	scheme, rest, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if err != nil {
+		return "", "", false
+	}
+	rawID, rawSecret, found := strings.Cut(string(raw), ":")
+	if !found {
+		return "", "", false
+	}
+	if id, err = url.QueryUnescape(rawID); err != nil {
+		return "", "", false
+	}
+	if secret, err = url.QueryUnescape(rawSecret); err != nil {
+		return "", "", false
+	}
+	if id == "" || secret == "" {
+		return "", "", false
+	}
+	return id, secret, true
+}
+
+// bearerToken reads "Bearer <token>" (scheme case-insensitive).
+func bearerToken(header string) (string, bool) {
+	scheme, tok, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" || strings.ContainsAny(tok, " \t") {
+		return "", false
+	}
+	return tok, true
+}
+
+// --- merchant authentication ---
+
+type tenantKey struct{}
+
+type merchantCtxKey struct{}
+
+// RequireMerchant authenticates a merchant route: a valid access token
+// (Authorization: Bearer) of an active tenant. It puts the tenant in the
+// request's locals and its id in c.UserContext(), so handlers read it with
+// MerchantID or CurrentTenant and services with MerchantIDFrom.
+func (h *Handler) RequireMerchant() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		raw, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
+		if !ok {
+			return invalidToken(c, "a bearer access token is required")
+		}
+		t, err := h.svc.Authenticate(c.UserContext(), raw)
+		switch {
+		case errors.Is(err, ErrInvalidToken):
+			return invalidToken(c, "the access token is invalid or expired")
+		case err != nil:
+			return toProblem(err)
+		}
+		c.Locals(tenantKey{}, t)
+		c.SetUserContext(ContextWithMerchant(c.UserContext(), t.ID))
+		return c.Next()
+	}
+}
+
+func invalidToken(c *fiber.Ctx, detail string) error {
+	c.Set(fiber.HeaderWWWAuthenticate, `Bearer error="invalid_token"`)
+	return problem.New(fiber.StatusUnauthorized, "invalid_token", detail)
+}
+
+// MerchantID is the authenticated merchant's id, or "" outside
+// RequireMerchant.
+func MerchantID(c *fiber.Ctx) string {
+	t, _ := CurrentTenant(c)
+	return t.ID
+}
+
+// CurrentTenant is the authenticated tenant (as of at most
+// Config.StatusCacheTTL ago).
+func CurrentTenant(c *fiber.Ctx) (Tenant, bool) {
+	t, ok := c.Locals(tenantKey{}).(Tenant)
+	return t, ok
+}
+
+// MerchantIDFrom is the authenticated merchant's id carried by ctx, or "".
+func MerchantIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(merchantCtxKey{}).(string)
+	return id
+}
+
+// ContextWithMerchant returns ctx carrying the merchant id, as
+// RequireMerchant does; for tests and background jobs acting for a tenant.
+func ContextWithMerchant(ctx context.Context, merchantID string) context.Context {
+	return context.WithValue(ctx, merchantCtxKey{}, merchantID)
+}
+
+// me shows the authenticated tenant.
+//
+//	@Summary		The authenticated tenant
+//	@Description	The tenant the access token belongs to, with the names of its configured providers.
+//	@Tags			merchant
+//	@Produce		json
+//	@Success		200	{object}	TenantResponse
+//	@Failure		401	{object}	problem.Problem	"invalid_token"
+//	@Failure		403	{object}	problem.Problem	"tenant_suspended"
+//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Security		BearerAuth
+//	@Router			/v1/me [get]
+func (h *Handler) me(c *fiber.Ctx) error {
+	t, ok := CurrentTenant(c)
+	if !ok {
+		return invalidToken(c, "a bearer access token is required")
+	}
+	return c.JSON(tenantResponse(t))
+}
+
+// --- helpers ---
+
+// toProblem maps service errors to problems; anything else is returned as
+// is, for the app's error handler to answer 500.
+func toProblem(err error) error {
+	var ve *ValidationError
+	switch {
+	case errors.As(err, &ve):
+		fields := make([]problem.FieldError, len(ve.Fields))
+		for i, f := range ve.Fields {
+			fields[i] = problem.FieldError{Field: f.Field, Reason: f.Reason}
+		}
+		return problem.Invalid(fields...)
+	case errors.Is(err, ErrNotFound):
+		return problem.New(fiber.StatusNotFound, "tenant_not_found", "no tenant with this id")
+	case errors.Is(err, ErrSuspended):
+		return problem.New(fiber.StatusForbidden, "tenant_suspended", "the tenant is suspended")
+	}
+	return err
+}
+
+func noStore(c *fiber.Ctx) {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set(fiber.HeaderPragma, "no-cache")
+}
+
+func toSecrets(m map[string]map[string]string) map[string]providers.Secrets {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]providers.Secrets, len(m))
+	for k, v := range m {
+		out[k] = providers.Secrets(v) // nil (JSON null) stays nil: remove
+	}
+	return out
+}
+
+// decodeJSON strictly decodes one JSON object: unknown fields, trailing data
+// and wrong types are 400s naming the field. Reasons never echo the body,
+// which may hold secrets.
+func decodeJSON(body []byte, dst any) *problem.Problem {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a JSON object"})
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonProblem(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must hold a single JSON object"})
+	}
+	return nil
+}
+
+func jsonProblem(err error) *problem.Problem {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: fmt.Sprintf("malformed JSON at byte %d", syn.Offset)})
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return problem.Invalid(problem.FieldError{Field: field, Reason: "must be " + jsonKind(typ.Type)})
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: "malformed JSON: unexpected end"})
+	}
+	// encoding/json has no typed error for unknown fields.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return problem.Invalid(problem.FieldError{Field: name, Reason: "unknown field"})
+	}
+	return problem.Invalid(problem.FieldError{Field: "body", Reason: "malformed JSON"})
+}
+
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64:
+		return "a number"
+	}
+	return "of another type"
+}

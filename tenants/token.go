@@ -1,0 +1,133 @@
+package tenants
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// maxTokenLen bounds what the verifier will look at; our tokens are ~350
+// bytes.
+const maxTokenLen = 4096
+
+// clockSkew is tolerated on exp and iat between gateway instances.
+const clockSkew = 5 * time.Second
+
+// accessClaims are the claims of a merchant access token. Sub is the
+// tenant id; cid names the credential it was issued for, so that rotating
+// the credential also ends its tokens.
+type accessClaims struct {
+	jwt.RegisteredClaims
+	ClientID string `json:"cid"`
+}
+
+// signer issues and verifies access tokens: HS256 only, with a kid header
+// naming the key so JWT_SECRET can rotate (tokens signed under the previous
+// key keep verifying until they expire).
+type signer struct {
+	current, previous []byte
+	kid, prevKID      string
+	issuer, audience  string
+	ttl               time.Duration
+	now               func() time.Time
+	parser            *jwt.Parser
+}
+
+func newSigner(cfg Config, now func() time.Time) *signer {
+	s := &signer{
+		current:  cfg.JWTSecret,
+		kid:      keyID(cfg.JWTSecret),
+		issuer:   cfg.Issuer,
+		audience: cfg.Audience,
+		ttl:      cfg.TokenTTL,
+		now:      now,
+	}
+	if len(cfg.JWTPrevious) > 0 {
+		s.previous = cfg.JWTPrevious
+		s.prevKID = keyID(cfg.JWTPrevious)
+	}
+	s.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(cfg.Issuer),
+		jwt.WithAudience(cfg.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithStrictDecoding(),
+		jwt.WithLeeway(clockSkew),
+		jwt.WithTimeFunc(now),
+	)
+	return s
+}
+
+// sign mints a token for the tenant's credential.
+func (s *signer) sign(tenantID, clientID string) (string, time.Time, error) {
+	now := s.now().UTC().Truncate(time.Second)
+	exp := now.Add(s.ttl)
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, accessClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.issuer,
+			Subject:   tenantID,
+			Audience:  jwt.ClaimStrings{s.audience},
+			ExpiresAt: jwt.NewNumericDate(exp),
+			IssuedAt:  jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now),
+			ID:        newJTI(),
+		},
+		ClientID: clientID,
+	})
+	tok.Header["kid"] = s.kid
+	raw, err := tok.SignedString(s.current)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("tenants: sign token: %w", err)
+	}
+	return raw, exp, nil
+}
+
+var errUnknownKey = errors.New("unknown signing key")
+
+func (s *signer) key(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	switch {
+	case kid == "":
+		return nil, errUnknownKey
+	case kid == s.kid:
+		return s.current, nil
+	case s.previous != nil && kid == s.prevKID:
+		return s.previous, nil
+	}
+	return nil, errUnknownKey
+}
+
+// parse verifies raw and returns its claims. Every failure wraps
+// ErrInvalidToken; the wrapped reason is for debug logs and never contains
+// the token.
+func (s *signer) parse(raw string) (*accessClaims, error) {
+	if raw == "" || len(raw) > maxTokenLen || strings.Count(raw, ".") != 2 {
+		return nil, fmt.Errorf("%w: malformed", ErrInvalidToken)
+	}
+	var c accessClaims
+	if _, err := s.parser.ParseWithClaims(raw, &c, s.key); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidToken, reason(err))
+	}
+	if !strings.HasPrefix(c.Subject, "ten_") || c.ClientID == "" || c.ID == "" {
+		return nil, fmt.Errorf("%w: missing sub, cid or jti", ErrInvalidToken)
+	}
+	return &c, nil
+}
+
+// reason turns a jwt error into a short, token-free cause.
+func reason(err error) string {
+	for _, e := range []error{
+		jwt.ErrTokenMalformed, jwt.ErrTokenUnverifiable, jwt.ErrTokenSignatureInvalid,
+		jwt.ErrTokenExpired, jwt.ErrTokenUsedBeforeIssued, jwt.ErrTokenNotValidYet,
+		jwt.ErrTokenInvalidAudience, jwt.ErrTokenInvalidIssuer, jwt.ErrTokenRequiredClaimMissing,
+	} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "invalid"
+}
