@@ -19,18 +19,14 @@
 // RowsAffected == 1 says who won it, so the guarantees hold across any
 // number of gateway instances on one database.
 //
-//	                 Claim (INSERT … ON CONFLICT DO NOTHING)
-//	                              │
-//	                              ▼
-//	   ┌──────────────────► in_progress (lock_token T, locked_until L) ──────────┐
-//	   │ TakeOver                 │                     │                        │
-//	   │ (L < now; new token)     │ Complete(T)         │ Release(T)             │ LeaveInProgress(T)
-//	   │                          ▼                     ▼                        │ (L = now)
-//	   └── lease lapsed ◄──     done                (no row)                     │
-//	                          (terminal,           a later Claim                 │
-//	                           replayed;           starts afresh                 │
-//	                           purged after        ◄─────────────────────────────┘ lease lapsed at once
-//	                           the TTL)
+//	from          transition                         to
+//	(no row)      Claim: INSERT … ON CONFLICT        in_progress (token T, lease L)
+//	in_progress   Complete(T), in the caller's tx    done (terminal, replayed)
+//	in_progress   Release(T)                         (no row): next Claim is fresh
+//	in_progress   LeaveInProgress(T): L = now        in_progress, lease ended
+//	in_progress   owner stops (error, panic, crash)  in_progress until L lapses
+//	in_progress   TakeOver, once L < now             in_progress (token T', lease L')
+//	done          PurgeDone, after the key TTL       (no row)
 //
 // Claimed: the first request inserts the row in_progress with a random
 // lock_token and a lease (locked_until = now + Lease). The insert that
