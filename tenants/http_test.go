@@ -1,0 +1,608 @@
+package tenants
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+)
+
+func TestOnboardTokenMe(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.admin("POST", "/admin/v1/tenants",
+		`{"name":"Ada Stores","default_provider":"simulator","providers":{"paystack":{"secret_key":"sk_test_x"}}}`)
+	require.Equal(t, 201, r.status, string(r.body))
+	require.Equal(t, "no-store", r.header.Get("Cache-Control"))
+	m := r.json(t)
+	id := m["id"].(string)
+	require.True(t, strings.HasPrefix(id, "ten_"))
+	require.Equal(t, "/admin/v1/tenants/"+id, r.header.Get("Location"))
+	require.True(t, strings.HasPrefix(m["client_id"].(string), "cli_"))
+	require.True(t, strings.HasPrefix(m["client_secret"].(string), "sk_"))
+	require.Equal(t, []any{"paystack", "simulator"}, m["providers"])
+	require.Equal(t, "active", m["status"])
+
+	tr := e.tokenReq(m["client_id"].(string), m["client_secret"].(string))
+	require.Equal(t, 200, tr.status, string(tr.body))
+	require.Equal(t, "no-store", tr.header.Get("Cache-Control"))
+	tok := tr.json(t)
+	require.Equal(t, "Bearer", tok["token_type"])
+	require.EqualValues(t, 900, tok["expires_in"])
+
+	me := e.me(tok["access_token"].(string))
+	require.Equal(t, 200, me.status, string(me.body))
+	mm := me.json(t)
+	require.Equal(t, id, mm["id"])
+	require.Equal(t, "Ada Stores", mm["name"])
+	require.Equal(t, "active", mm["status"])
+	require.Equal(t, "simulator", mm["default_provider"])
+	require.Equal(t, []any{"paystack", "simulator"}, mm["providers"])
+
+	who := e.do("GET", "/v1/whoami", "", "Authorization", "Bearer "+tok["access_token"].(string)).json(t)
+	require.Equal(t, id, who["locals"])
+	require.Equal(t, id, who["context"])
+
+	got := e.admin("GET", "/admin/v1/tenants/"+id, "")
+	require.Equal(t, 200, got.status)
+	require.Equal(t, id, got.json(t)["id"])
+	require.NotContains(t, string(got.body), "client_secret")
+	require.NotContains(t, e.everything()[len(r.body):], "sk_test_x")
+}
+
+// mint signs arbitrary claims the way an attacker (or a misconfigured
+// peer) might.
+func mint(t *testing.T, method jwt.SigningMethod, key any, kid string, mod func(*accessClaims)) string {
+	t.Helper()
+	now := time.Now()
+	c := accessClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer: "oncepay", Subject: "ten_000000000000000000000000", Audience: jwt.ClaimStrings{"oncepay-merchant-api"},
+			ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute)), IssuedAt: jwt.NewNumericDate(now), ID: "j1",
+		},
+		ClientID: "cli_x",
+	}
+	if mod != nil {
+		mod(&c)
+	}
+	tok := jwt.NewWithClaims(method, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	require.NoError(t, err)
+	return s
+}
+
+func TestMerchantAuthFailures(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, cid, secret := e.onboard(simpleTenant)
+	good := e.token(cid, secret)
+	require.Equal(t, 200, e.me(good).status)
+
+	kid := keyID(testJWTSecret)
+	sub := func(c *accessClaims) { c.Subject = id; c.ClientID = cid }
+	with := func(f func(*accessClaims)) func(*accessClaims) {
+		return func(c *accessClaims) { sub(c); f(c) }
+	}
+	otherKey := []byte("another-secret-another-secret-0000")
+
+	cases := []struct {
+		name   string
+		header string
+	}{
+		{"MissingHeader", ""},
+		{"NotBearerScheme", "Basic " + good},
+		{"EmptyBearer", "Bearer "},
+		{"Garbled", "Bearer not.a.jwt"},
+		{"GarbledBase64", "Bearer !!!!.????.****"},
+		{"TruncatedSignature", "Bearer " + good[:len(good)-4]},
+		{"AlgNone", "Bearer " + mint(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, kid, sub)},
+		{"HS512", "Bearer " + mint(t, jwt.SigningMethodHS512, testJWTSecret, kid, sub)},
+		{"WrongKeySameKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, kid, sub)},
+		{"WrongKeyOwnKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, keyID(otherKey), sub)},
+		{"NoKid", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, "", sub)},
+		{"WrongAudience", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Audience = jwt.ClaimStrings{"other-api"} }))},
+		{"WrongIssuer", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Issuer = "evil" }))},
+		{"NoExpiry", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ExpiresAt = nil }))},
+		{"Expired", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
+			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
+		}))},
+		{"IssuedInFuture", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
+			c.IssuedAt = jwt.NewNumericDate(time.Now().Add(time.Hour))
+		}))},
+		{"UnknownTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Subject = "ten_nope" }))},
+		{"CredentialOfAnotherTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ClientID = "cli_other" }))},
+		{"AdminKeyAsMerchantToken", "Bearer " + testAdminKey},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var r resp
+			if tc.header == "" {
+				r = e.do("GET", "/v1/me", "")
+			} else {
+				r = e.do("GET", "/v1/me", "", "Authorization", tc.header)
+			}
+			require.Equal(t, 401, r.status, string(r.body))
+			require.Equal(t, "invalid_token", r.code(t))
+			require.Equal(t, `Bearer error="invalid_token"`, r.header.Get("WWW-Authenticate"))
+			require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+		})
+	}
+
+	t.Run("ExpiredByClock", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		_, cid, secret := e.onboard(simpleTenant)
+		tok := e.token(cid, secret)
+		require.Equal(t, 200, e.me(tok).status)
+		e.clock.Advance(15*time.Minute + clockSkew + time.Second)
+		r := e.me(tok)
+		require.Equal(t, 401, r.status)
+		require.Equal(t, "invalid_token", r.code(t))
+	})
+}
+
+func TestAdminAuth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, cid, secret := e.onboard(simpleTenant)
+	merchant := e.token(cid, secret)
+
+	routes := []struct{ method, path, body string }{
+		{"POST", "/admin/v1/tenants", simpleTenant},
+		{"GET", "/admin/v1/tenants", ""},
+		{"GET", "/admin/v1/tenants/" + id, ""},
+		{"PATCH", "/admin/v1/tenants/" + id, `{"status":"suspended"}`},
+		{"POST", "/admin/v1/tenants/" + id + "/credentials", ""},
+	}
+	headers := []struct{ name, value string }{
+		{"MissingHeader", ""},
+		{"WrongKey", "Bearer " + testAdminKey + "x"},
+		{"KeyPrefix", "Bearer " + testAdminKey[:8]},
+		{"NotBearer", "Basic " + testAdminKey},
+		{"MerchantToken", "Bearer " + merchant},
+	}
+	for _, rt := range routes {
+		for _, h := range headers {
+			t.Run(h.name+"/"+rt.method+rt.path, func(t *testing.T) {
+				t.Parallel()
+				hs := []string{}
+				if h.value != "" {
+					hs = []string{"Authorization", h.value}
+				}
+				r := e.do(rt.method, rt.path, rt.body, hs...)
+				require.Equal(t, 401, r.status, string(r.body))
+				require.Equal(t, "unauthorized", r.code(t))
+				require.Equal(t, "Bearer", r.header.Get("WWW-Authenticate"))
+			})
+		}
+	}
+	t.Run("NothingChanged", func(t *testing.T) {
+		// Runs after the parallel subtests above have been registered but
+		// may interleave; the status check is meaningful because no case
+		// above is authorised.
+		t.Parallel()
+		require.Equal(t, 200, e.me(merchant).status)
+	})
+	t.Run("SchemeIsCaseInsensitive", func(t *testing.T) {
+		t.Parallel()
+		r := e.do("GET", "/admin/v1/tenants/"+id, "", "Authorization", "bearer "+testAdminKey)
+		require.Equal(t, 200, r.status)
+	})
+	t.Run("UnknownTenantIs404", func(t *testing.T) {
+		t.Parallel()
+		for _, rt := range []struct{ method, path, body string }{
+			{"GET", "/admin/v1/tenants/ten_missing", ""},
+			{"PATCH", "/admin/v1/tenants/ten_missing", `{"status":"suspended"}`},
+			{"POST", "/admin/v1/tenants/ten_missing/credentials", ""},
+		} {
+			r := e.admin(rt.method, rt.path, rt.body)
+			require.Equal(t, 404, r.status, rt.method+rt.path)
+			require.Equal(t, "tenant_not_found", r.code(t))
+		}
+	})
+}
+
+func TestSuspension(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SameInstanceIsImmediate", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { c.StatusCacheTTL = 2 * time.Second })
+		id, cid, secret := e.onboard(simpleTenant)
+		tok := e.token(cid, secret)
+		require.Equal(t, 200, e.me(tok).status) // now cached
+		require.Equal(t, 200, e.admin("PATCH", "/admin/v1/tenants/"+id, `{"status":"suspended"}`).status)
+		r := e.me(tok)
+		require.Equal(t, 403, r.status)
+		require.Equal(t, "tenant_suspended", r.code(t))
+		tr := e.tokenReq(cid, secret)
+		require.Equal(t, 403, tr.status)
+		require.Equal(t, "tenant_suspended", tr.code(t))
+
+		require.Equal(t, 200, e.admin("PATCH", "/admin/v1/tenants/"+id, `{"status":"active"}`).status)
+		require.Equal(t, 200, e.me(tok).status)
+	})
+
+	t.Run("OtherInstanceWithinCacheTTL", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.Postgres(t)
+		c := newClock()
+		ttl := func(cfg *Config) { cfg.StatusCacheTTL = 2 * time.Second }
+		a := newEnvOn(t, db, c, ttl)
+		b := newEnvOn(t, db, c, ttl)
+		id, cid, secret := a.onboard(simpleTenant)
+		tok := a.token(cid, secret)
+		require.Equal(t, 200, b.me(tok).status) // b caches "active"
+		require.Equal(t, 200, a.admin("PATCH", "/admin/v1/tenants/"+id, `{"status":"suspended"}`).status)
+		require.Equal(t, 403, a.me(tok).status)
+		c.Advance(2 * time.Second)
+		r := b.me(tok)
+		require.Equal(t, 403, r.status, "b must see the suspension once its cache entry is TTL old")
+		require.Equal(t, "tenant_suspended", r.code(t))
+	})
+
+	t.Run("NoCacheIsImmediateEverywhere", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.Postgres(t)
+		c := newClock()
+		a := newEnvOn(t, db, c)
+		b := newEnvOn(t, db, c)
+		id, cid, secret := a.onboard(simpleTenant)
+		tok := a.token(cid, secret)
+		require.Equal(t, 200, b.me(tok).status)
+		require.Equal(t, 200, a.admin("PATCH", "/admin/v1/tenants/"+id, `{"status":"suspended"}`).status)
+		require.Equal(t, 403, b.me(tok).status)
+	})
+}
+
+func TestPreviousJWTSecretVerifies(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	c := newClock()
+	old := newEnvOn(t, db, c)
+	_, cid, secret := old.onboard(simpleTenant)
+	oldTok := old.token(cid, secret)
+
+	newSecret := []byte("rotated-jwt-secret-rotated-jwt-secret")
+	rotated := newEnvOn(t, db, c, func(cfg *Config) { cfg.JWTSecret = newSecret; cfg.JWTPrevious = testJWTSecret })
+	require.Equal(t, 200, rotated.me(oldTok).status, "a token under the previous key still verifies")
+	newTok := rotated.token(cid, secret)
+	require.Equal(t, 200, rotated.me(newTok).status)
+	hdr, _, err := jwt.NewParser().ParseUnverified(newTok, &accessClaims{})
+	require.NoError(t, err)
+	require.Equal(t, keyID(newSecret), hdr.Header["kid"])
+	require.NotContains(t, newTok, hex.EncodeToString(newSecret[:8]))
+
+	dropped := newEnvOn(t, db, c, func(cfg *Config) { cfg.JWTSecret = newSecret })
+	require.Equal(t, 401, dropped.me(oldTok).status, "once the previous key is dropped its tokens die")
+	require.Equal(t, 200, dropped.me(newTok).status)
+	require.Equal(t, 401, old.me(newTok).status, "the old key does not verify the new key's tokens")
+}
+
+func TestRotateCredentials(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, cid, secret := e.onboard(simpleTenant)
+	oldTok := e.token(cid, secret)
+
+	r := e.admin("POST", "/admin/v1/tenants/"+id+"/credentials", "")
+	require.Equal(t, 201, r.status, string(r.body))
+	require.Equal(t, "no-store", r.header.Get("Cache-Control"))
+	m := r.json(t)
+	require.Equal(t, id, m["tenant_id"])
+	newCID, newSecret := m["client_id"].(string), m["client_secret"].(string)
+	require.NotEqual(t, cid, newCID)
+	require.NotEqual(t, secret, newSecret)
+
+	t.Run("OldSecretIsDead", func(t *testing.T) {
+		r := e.tokenReq(cid, secret)
+		require.Equal(t, 401, r.status)
+		require.Equal(t, "invalid_client", r.code(t))
+	})
+	t.Run("OldTokensAreDead", func(t *testing.T) {
+		require.Equal(t, 401, e.me(oldTok).status)
+	})
+	t.Run("NewSecretWorks", func(t *testing.T) {
+		require.Equal(t, 200, e.me(e.token(newCID, newSecret)).status)
+	})
+	t.Run("NewSecretWithOldClientIDFails", func(t *testing.T) {
+		require.Equal(t, 401, e.tokenReq(cid, newSecret).status)
+	})
+}
+
+func TestTokenEndpointErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, cid, secret := e.onboard(simpleTenant)
+	_, cid2, secret2 := e.onboard(`{"name":"Suspended Co","default_provider":"simulator","status":"suspended"}`)
+	form := "application/x-www-form-urlencoded"
+
+	cases := []struct {
+		name, ctype, body, auth string
+		status                  int
+		code                    string
+	}{
+		{"JSONBody", "application/json", `{"grant_type":"client_credentials"}`, basic(cid, secret), 400, "invalid_request"},
+		{"MissingGrantType", form, "scope=x", basic(cid, secret), 400, "invalid_request"},
+		{"DuplicateGrantType", form, "grant_type=client_credentials&grant_type=client_credentials", basic(cid, secret), 400, "invalid_request"},
+		{"PasswordGrant", form, "grant_type=password", basic(cid, secret), 400, "unsupported_grant_type"},
+		{"CredentialsInBody", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret, "", 400, "invalid_request"},
+		{"MissingBasic", form, "grant_type=client_credentials", "", 401, "invalid_client"},
+		{"GarbledBasic", form, "grant_type=client_credentials", "Basic %%%", 401, "invalid_client"},
+		{"BasicWithoutColon", form, "grant_type=client_credentials", "Basic Y2xpX3g=", 401, "invalid_client"},
+		{"BearerInsteadOfBasic", form, "grant_type=client_credentials", "Bearer " + secret, 401, "invalid_client"},
+		{"WrongSecret", form, "grant_type=client_credentials", basic(cid, secret+"x"), 401, "invalid_client"},
+		{"OtherTenantsSecret", form, "grant_type=client_credentials", basic(cid, secret2), 401, "invalid_client"},
+		{"UnknownClient", form, "grant_type=client_credentials", basic("cli_nope", secret), 401, "invalid_client"},
+		{"SuspendedTenant", form, "grant_type=client_credentials", basic(cid2, secret2), 403, "tenant_suspended"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hs := []string{"Content-Type", tc.ctype}
+			if tc.auth != "" {
+				hs = append(hs, "Authorization", tc.auth)
+			}
+			r := e.do("POST", "/v1/auth/token", tc.body, hs...)
+			require.Equal(t, tc.status, r.status, string(r.body))
+			require.Equal(t, tc.code, r.code(t))
+			if tc.status == 401 {
+				require.Contains(t, r.header.Get("WWW-Authenticate"), "Basic")
+			}
+		})
+	}
+	_ = id
+}
+
+func TestPatchTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, _, _ := e.onboard(`{"name":"Ada Stores","default_provider":"simulator","providers":{"paystack":{"secret_key":"sk_test_x"}}}`)
+	path := "/admin/v1/tenants/" + id
+
+	invalid := []struct {
+		name, body, field string
+	}{
+		{"MalformedJSON", `{"status":`, "body"},
+		{"NotAnObject", `["status"]`, "body"},
+		{"TrailingData", `{"status":"active"} {}`, "body"},
+		{"UnknownField", `{"colour":"red"}`, "colour"},
+		{"WrongType", `{"status":1}`, "status"},
+		{"SecretNotString", `{"providers":{"paystack":{"secret_key":1}}}`, "providers"},
+		{"BadStatus", `{"status":"deleted"}`, "status"},
+		{"EmptyName", `{"name":"  "}`, "name"},
+		{"UnknownProvider", `{"providers":{"mpesa":{"key":"x"}}}`, "providers.mpesa"},
+		{"MissingSecret", `{"providers":{"stripe":{"secret_key":"x"}}}`, "providers.stripe"},
+		{"BlankSecret", `{"providers":{"paystack":{"secret_key":"  "}}}`, "providers.paystack"},
+		{"UnknownDefault", `{"default_provider":"mpesa"}`, "default_provider"},
+		{"DefaultNotConfigured", `{"default_provider":"stripe"}`, "default_provider"},
+		{"EmptyDefault", `{"default_provider":""}`, "default_provider"},
+	}
+	for _, tc := range invalid {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.admin("PATCH", path, tc.body)
+			require.Equal(t, 400, r.status, string(r.body))
+			require.Equal(t, "invalid_request", r.code(t))
+			errs, _ := r.json(t)["errors"].([]any)
+			require.NotEmpty(t, errs, string(r.body))
+			require.Equal(t, tc.field, errs[0].(map[string]any)["field"], string(r.body))
+		})
+	}
+
+	t.Run("SetDefaultToConfiguredProvider", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"default_provider":"paystack"}`)
+		require.Equal(t, 200, r.status, string(r.body))
+		require.Equal(t, "paystack", r.json(t)["default_provider"])
+	})
+	t.Run("RemovingDefaultsAccountIs400", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"providers":{"paystack":null}}`)
+		require.Equal(t, 400, r.status, string(r.body))
+		require.Contains(t, string(r.body), "default_provider")
+	})
+	t.Run("AddAccountAndMakeItDefaultTogether", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"default_provider":"stripe","providers":{"stripe":{"secret_key":"sk_s","webhook_secret":"wh_s"}}}`)
+		require.Equal(t, 200, r.status, string(r.body))
+		m := r.json(t)
+		require.Equal(t, "stripe", m["default_provider"])
+		require.Equal(t, []any{"paystack", "simulator", "stripe"}, m["providers"])
+	})
+	t.Run("RemoveAccount", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"providers":{"paystack":null}}`)
+		require.Equal(t, 200, r.status, string(r.body))
+		require.Equal(t, []any{"simulator", "stripe"}, r.json(t)["providers"])
+	})
+	t.Run("RenameAndEmptyPatch", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"name":"Ada Stores Ltd"}`)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, "Ada Stores Ltd", r.json(t)["name"])
+		r = e.admin("PATCH", path, `{}`)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, "Ada Stores Ltd", r.json(t)["name"])
+	})
+	t.Run("InvalidPatchChangesNothing", func(t *testing.T) {
+		r := e.admin("PATCH", path, `{"status":"suspended","default_provider":"mpesa"}`)
+		require.Equal(t, 400, r.status)
+		require.Equal(t, "active", e.admin("GET", path, "").json(t)["status"])
+	})
+}
+
+func TestCreateTenantValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cases := []struct{ name, body, field string }{
+		{"MissingName", `{"default_provider":"simulator"}`, "name"},
+		{"MissingDefault", `{"name":"x"}`, "default_provider"},
+		{"DefaultNeedsSecrets", `{"name":"x","default_provider":"paystack"}`, "default_provider"},
+		{"UnknownField", `{"name":"x","default_provider":"simulator","client_secret":"mine"}`, "client_secret"},
+		{"BadStatus", `{"name":"x","default_provider":"simulator","status":"new"}`, "status"},
+		{"ControlCharsInName", `{"name":"a\u0000b","default_provider":"simulator"}`, "name"},
+		{"EmptyBody", ``, "body"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := e.admin("POST", "/admin/v1/tenants", tc.body)
+			require.Equal(t, 400, r.status, string(r.body))
+			require.Equal(t, "invalid_request", r.code(t))
+			require.Contains(t, string(r.body), `"field":"`+tc.field+`"`)
+		})
+	}
+	t.Run("DefaultWithItsSecrets", func(t *testing.T) {
+		t.Parallel()
+		r := e.admin("POST", "/admin/v1/tenants", `{"name":"x","default_provider":"paystack","providers":{"paystack":{"secret_key":"k"}}}`)
+		require.Equal(t, 201, r.status, string(r.body))
+	})
+}
+
+func TestListTenantsPaging(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var ids []string
+	for i := range 5 {
+		id, _, _ := e.onboard(fmt.Sprintf(`{"name":"T%d","default_provider":"simulator"}`, i))
+		ids = append(ids, id)
+		if i != 2 { // two tenants share a timestamp: the id breaks the tie
+			e.clock.Advance(time.Millisecond)
+		}
+	}
+	var got []string
+	cursor := ""
+	pages := 0
+	for {
+		path := "/admin/v1/tenants?limit=2"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		r := e.admin("GET", path, "")
+		require.Equal(t, 200, r.status, string(r.body))
+		m := r.json(t)
+		data := m["data"].([]any)
+		require.LessOrEqual(t, len(data), 2)
+		for _, d := range data {
+			got = append(got, d.(map[string]any)["id"].(string))
+			require.NotContains(t, d, "client_secret")
+		}
+		pages++
+		next, _ := m["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+		require.Less(t, pages, 10)
+	}
+	require.Equal(t, 3, pages)
+	require.ElementsMatch(t, ids, got)
+	require.Len(t, got, 5)
+	// oldest first (ids 2 and 3 may swap: same created_at, ordered by id)
+	require.Equal(t, ids[:2], got[:2])
+	require.Equal(t, ids[4], got[4])
+
+	r := e.admin("GET", "/admin/v1/tenants", "")
+	require.Len(t, r.json(t)["data"], 5)
+	require.NotContains(t, r.json(t), "next_cursor")
+
+	for _, q := range []string{"limit=0", "limit=101", "limit=-1", "limit=abc", "cursor=garbage", "cursor=" + "dGVuXw"} {
+		t.Run("Bad/"+q, func(t *testing.T) {
+			r := e.admin("GET", "/admin/v1/tenants?"+q, "")
+			require.Equal(t, 400, r.status, string(r.body))
+			require.Equal(t, "invalid_request", r.code(t))
+		})
+	}
+}
+
+func randomCanary() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "sk_test_CANARY_" + hex.EncodeToString(b)
+}
+
+func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	canary := randomCanary()
+	canary2 := randomCanary()
+	id, cid, secret := e.onboard(`{"name":"Ada Stores","default_provider":"paystack","providers":{"paystack":{"secret_key":"` + canary + `"}}}`)
+	tok := e.token(cid, secret)
+	require.Equal(t, 200, e.me(tok).status)
+	require.Equal(t, 200, e.admin("GET", "/admin/v1/tenants/"+id, "").status)
+	require.Equal(t, 200, e.admin("GET", "/admin/v1/tenants", "").status)
+	require.Equal(t, 200, e.admin("PATCH", "/admin/v1/tenants/"+id, `{"providers":{"stripe":{"secret_key":"`+canary2+`","webhook_secret":"`+canary2+`"}}}`).status)
+	// A failing request that carries a secret must not echo it either.
+	require.Equal(t, 400, e.admin("PATCH", "/admin/v1/tenants/"+id, `{"providers":{"mpesa":{"key":"`+canary2+`"}},"x":1}`).status)
+	require.Equal(t, 400, e.admin("PATCH", "/admin/v1/tenants/"+id, `{"providers":{"paystack":{"secret_key":"`+canary2+`"`).status)
+	rot := e.admin("POST", "/admin/v1/tenants/"+id+"/credentials", "")
+	require.Equal(t, 201, rot.status)
+	newSecret := rot.json(t)["client_secret"].(string)
+
+	t.Run("StoredEncrypted", func(t *testing.T) {
+		var rows []struct {
+			Provider string
+			Secrets  []byte
+		}
+		require.NoError(t, e.db.Raw("SELECT provider, secrets FROM provider_accounts WHERE tenant_id = ?", id).Scan(&rows).Error)
+		require.Len(t, rows, 2)
+		for _, r := range rows {
+			require.NotContains(t, string(r.Secrets), canary)
+			require.NotContains(t, string(r.Secrets), canary2)
+			require.NotContains(t, string(r.Secrets), "secret_key")
+		}
+		var hashes [][]byte
+		require.NoError(t, e.db.Raw("SELECT secret_hash FROM tenant_credentials WHERE tenant_id = ?", id).Scan(&hashes).Error)
+		require.Len(t, hashes, 2)
+		for _, h := range hashes {
+			require.NotContains(t, string(h), secret)
+			require.NotContains(t, string(h), newSecret)
+		}
+	})
+	t.Run("DecryptedForTheProvider", func(t *testing.T) {
+		p, err := e.svc.Provider(t.Context(), id, "paystack")
+		require.NoError(t, err)
+		require.Equal(t, canary, p.(fakeProvider).secrets["secret_key"])
+	})
+	t.Run("NotInResponsesOrLogs", func(t *testing.T) {
+		out := e.everything()
+		require.NotContains(t, out, canary)
+		require.NotContains(t, out, canary2)
+		require.NotContains(t, e.logs.String(), secret)
+		require.NotContains(t, e.logs.String(), newSecret)
+		require.NotContains(t, e.logs.String(), tok)
+		require.NotContains(t, e.logs.String(), testAdminKey)
+		require.Contains(t, e.logs.String(), `"tenant created"`) // the logger was really wired
+	})
+}
+
+func TestProviderLookup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, _, _ := e.onboard(simpleTenant)
+	ctx := t.Context()
+
+	t.Run("SimulatorWithoutAccount", func(t *testing.T) {
+		p, err := e.svc.Provider(ctx, id, "simulator")
+		require.NoError(t, err)
+		require.Equal(t, "simulator", p.(fakeProvider).name)
+	})
+	t.Run("UnconfiguredProvider", func(t *testing.T) {
+		_, err := e.svc.Provider(ctx, id, "paystack")
+		require.ErrorIs(t, err, ErrProviderNotConfigured)
+	})
+	t.Run("UnknownTenant", func(t *testing.T) {
+		_, err := e.svc.Provider(ctx, "ten_missing", "simulator")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+	t.Run("UnregisteredProvider", func(t *testing.T) {
+		_, err := e.svc.Provider(ctx, id, "mpesa")
+		require.Error(t, err)
+	})
+}
