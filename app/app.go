@@ -1,0 +1,186 @@
+// Package app assembles the gateway: configuration → database → services →
+// middleware → routes → lifecycle. It holds no business logic; each domain
+// package owns its handlers, service and store.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/config"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/flutterwave"
+	"github.com/oncepay/gateway/providers/paystack"
+	"github.com/oncepay/gateway/providers/simulator"
+	"github.com/oncepay/gateway/tenants"
+)
+
+// BodyLimit is the largest request body accepted (413 body_too_large above).
+const BodyLimit = 1 << 20
+
+// Token settings shared by issuer and verifier.
+const (
+	tokenIssuer   = "oncepay"
+	tokenAudience = "oncepay-merchant-api"
+)
+
+// App is a running gateway.
+type App struct {
+	cfg      config.Config
+	log      *slog.Logger
+	db       *gorm.DB
+	fiber    *fiber.App
+	Tenants  *tenants.Service
+	Payments *payments.Service
+	Keys     *idempotency.Store
+	Sim      *simulator.Simulator
+}
+
+// New opens the database, applies migrations and builds the HTTP app.
+func New(cfg config.Config, log *slog.Logger) (*App, error) {
+	db, err := database.Open(cfg.DatabaseURL(), database.Options{MaxOpenConns: cfg.Database.MaxConns})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := database.Migrate(db); err != nil {
+		_ = database.Close(db)
+		return nil, err
+	}
+	a, err := build(cfg, log, db)
+	if err != nil {
+		_ = database.Close(db)
+		return nil, err
+	}
+	return a, nil
+}
+
+func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
+	a := &App{cfg: cfg, log: log, db: db}
+
+	a.Sim = simulator.New(db, simulator.Config{Latency: cfg.Provider.SimulatorLatency})
+	reg := providers.NewRegistry()
+	reg.Register(simulator.Name, nil, a.Sim.Constructor())
+	reg.Register(paystack.Name, paystack.RequiredSecrets, paystack.New(paystack.Config{
+		BaseURL: cfg.Provider.PaystackBaseURL, Timeout: cfg.Provider.Timeout}))
+	reg.Register(flutterwave.Name, flutterwave.RequiredSecrets, flutterwave.New(flutterwave.Config{
+		BaseURL: cfg.Provider.FlutterwaveBaseURL, Timeout: cfg.Provider.Timeout}))
+	// STRIPE-REGISTER
+
+	var err error
+	a.Tenants, err = tenants.NewService(db, reg, tenants.Config{
+		MasterKey:      cfg.Secrets.MasterKey,
+		AdminAPIKey:    cfg.Secrets.AdminAPIKey.Reveal(),
+		JWTSecret:      []byte(cfg.Secrets.JWTSecret.Reveal()),
+		JWTPrevious:    []byte(cfg.Secrets.JWTSecretPrevious.Reveal()),
+		Issuer:         tokenIssuer,
+		Audience:       tokenAudience,
+		TokenTTL:       cfg.Auth.TokenTTL,
+		StatusCacheTTL: time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Keys = idempotency.NewStore(db)
+	a.Payments = payments.NewService(db, a.Keys, accounts{a.Tenants}, payments.Config{
+		ReviewAfter: cfg.Schedule.ReviewAfter,
+		Lease:       cfg.Payments.Lease,
+		Log:         log,
+	})
+
+	a.fiber = fiber.New(fiber.Config{
+		AppName:               "oncepay-gateway",
+		BodyLimit:             BodyLimit,
+		ErrorHandler:          errorHandler(log),
+		DisableStartupMessage: true,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           120 * time.Second,
+	})
+	a.routes()
+	return a, nil
+}
+
+// accounts adapts the tenant service to what payments needs, translating
+// its "no such account" into the providers' sentinel.
+type accounts struct{ t *tenants.Service }
+
+func (a accounts) Provider(ctx context.Context, merchantID, name string) (providers.Provider, error) {
+	p, err := a.t.Provider(ctx, merchantID, name)
+	if errors.Is(err, tenants.ErrProviderNotConfigured) || errors.Is(err, providers.ErrUnknownProvider) {
+		return nil, fmt.Errorf("%w: %s", providers.ErrUnknownProvider, name)
+	}
+	return p, err
+}
+
+func (a *App) routes() {
+	f := a.fiber
+	f.Use(requestID(), recoverer(a.log), accessLog(a.log))
+
+	h := health{db: a.db}
+	f.Get("/healthz", h.healthz)
+	f.Get("/readyz", h.readyz)
+
+	th := tenants.NewHandler(a.Tenants)
+	// Provider calls are bounded by PROVIDER_TIMEOUT; the request budget
+	// leaves room for the database work around them.
+	budget := deadline(a.cfg.Provider.Timeout + 10*time.Second)
+
+	admin := f.Group("/admin/v1", budget)
+	th.AdminRoutes(admin)
+
+	v1 := f.Group("/v1", budget)
+	th.TokenRoutes(v1)
+	merchant := v1.Group("", th.RequireMerchant())
+	th.MerchantRoutes(merchant)
+
+	idem := idempotency.Middleware(idempotency.Config{
+		Store: a.Keys,
+		Lease: a.cfg.Payments.Lease,
+		Scope: tenants.MerchantID,
+	})
+	ph := payments.NewHandler(a.Payments, func(c *fiber.Ctx) (payments.Merchant, bool) {
+		t, ok := tenants.CurrentTenant(c)
+		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider}, ok
+	})
+	ph.Routes(merchant, idem)
+}
+
+// Fiber is the HTTP app, for tests (app.Test) and embedding.
+func (a *App) Fiber() *fiber.App { return a.fiber }
+
+// DB is the database pool.
+func (a *App) DB() *gorm.DB { return a.db }
+
+// Serve accepts connections on ln until ctx is cancelled, then stops
+// accepting, drains in-flight requests (up to SHUTDOWN_TIMEOUT) and closes
+// the database.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- a.fiber.Listener(ln) }()
+	select {
+	case err := <-errc:
+		_ = a.Close()
+		return err
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	err := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
+	if cerr := a.Close(); err == nil {
+		err = cerr
+	}
+	<-errc
+	return err
+}
+
+// Close releases the database.
+func (a *App) Close() error { return database.Close(a.db) }

@@ -1,0 +1,81 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/gofiber/fiber/v2/middleware/requestid"
+	"github.com/google/uuid"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/tenants"
+)
+
+func requestID() fiber.Handler {
+	return requestid.New(requestid.Config{
+		Header:     fiber.HeaderXRequestID,
+		Generator:  func() string { return uuid.NewString() },
+		ContextKey: "requestid",
+	})
+}
+
+// recoverer turns a panic into a 500 problem; the stack goes to the log.
+func recoverer(log *slog.Logger) fiber.Handler {
+	return recover.New(recover.Config{
+		EnableStackTrace: true,
+		StackTraceHandler: func(c *fiber.Ctx, e any) {
+			log.Error("panic", slog.String("request_id", problem.RequestID(c)), slog.Any("panic", e))
+		},
+	})
+}
+
+// deadline gives every request a context with a deadline: in Fiber v2
+// UserContext is context.Background otherwise, and provider calls and
+// queries must not outlive the request's budget.
+func deadline(d time.Duration) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithTimeout(c.UserContext(), d)
+		defer cancel()
+		c.SetUserContext(ctx)
+		return c.Next()
+	}
+}
+
+// accessLog writes one line per request with its id and, once the auth
+// middleware ran, the merchant. It logs the route, never bodies or headers,
+// so no secret or card data can reach the log.
+func accessLog(log *slog.Logger) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		err := c.Next()
+		status := c.Response().StatusCode()
+		if err != nil {
+			// The error handler runs after this middleware returns; ask it
+			// now so the logged status is the one the client gets.
+			if herr := c.App().ErrorHandler(c, err); herr != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+			status = c.Response().StatusCode()
+			err = nil
+		}
+		level := slog.LevelInfo
+		if status >= 500 {
+			level = slog.LevelError
+		}
+		attrs := []slog.Attr{
+			slog.String("request_id", problem.RequestID(c)),
+			slog.String("method", c.Method()),
+			slog.String("path", c.Path()),
+			slog.Int("status", status),
+			slog.Duration("latency", time.Since(start)),
+		}
+		if m := tenants.MerchantID(c); m != "" {
+			attrs = append(attrs, slog.String("merchant_id", m))
+		}
+		log.LogAttrs(c.UserContext(), level, "request", attrs...)
+		return err
+	}
+}

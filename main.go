@@ -1,0 +1,124 @@
+// Command gateway is the OncePay payments gateway.
+//
+//	gateway [serve]   run the HTTP API and the background jobs (default)
+//	gateway migrate   apply the database migrations and exit
+//
+// Every setting comes from the environment; see config/ and the README.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/oncepay/gateway/app"
+	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/config"
+)
+
+func main() {
+	cmd := "serve"
+	if len(os.Args) > 1 {
+		cmd = os.Args[1]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve()
+	case "migrate":
+		err = migrate()
+	case "-h", "--help", "help":
+		fmt.Println("usage: gateway [serve|migrate]")
+		return
+	default:
+		err = fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func load() (config.Config, *slog.Logger, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, newLogger(cfg), nil
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if cfg.Log.Format == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+	return log
+}
+
+func migrate() error {
+	cfg, log, err := load()
+	if err != nil {
+		return err
+	}
+	db, err := database.Open(cfg.DatabaseURL(), database.Options{MaxOpenConns: 2})
+	if err != nil {
+		return err
+	}
+	defer database.Close(db)
+	n, err := database.Migrate(db)
+	if err != nil {
+		return err
+	}
+	log.Info("migrations applied", "applied", n, "schema_version", database.Version())
+	return nil
+}
+
+func serve() error {
+	cfg, log, err := load()
+	if err != nil {
+		return err
+	}
+	if len(cfg.Secrets.Generated) > 0 {
+		log.Warn("development mode: using generated secrets; set them in the environment for production",
+			"generated", cfg.Secrets.Generated, "kept_in", cfg.Secrets.GeneratedFile)
+		if contains(cfg.Secrets.Generated, "ADMIN_API_KEY") {
+			// Printed once per start, to the terminal, never to the log.
+			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())
+		}
+	}
+	store := "sqlite"
+	if cfg.Database.Postgres() {
+		store = "postgres"
+	}
+	a, err := app.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		_ = a.Close()
+		return err
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "env", cfg.Env, "store", store)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return a.Serve(ctx, ln)
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,208 @@
+package payments
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
+)
+
+// Handler serves the payment routes.
+type Handler struct {
+	svc      *Service
+	merchant func(c *fiber.Ctx) (Merchant, bool)
+}
+
+// NewHandler returns the HTTP handlers. merchant reads the authenticated
+// caller that the auth middleware put on the request.
+func NewHandler(svc *Service, merchant func(c *fiber.Ctx) (Merchant, bool)) *Handler {
+	return &Handler{svc: svc, merchant: merchant}
+}
+
+// Routes mounts the merchant routes on r, which is already behind merchant
+// authentication; idem is the idempotency middleware for mutating routes.
+func (h *Handler) Routes(r fiber.Router, idem fiber.Handler) {
+	r.Post("/payments", idem, h.create)
+	r.Get("/payments", h.list)
+	r.Get("/payments/:id", h.get)
+}
+
+func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
+	m, ok := h.merchant(c)
+	if !ok || m.ID == "" {
+		return Merchant{}, problem.New(fiber.StatusUnauthorized, "invalid_token", "a merchant token is required")
+	}
+	return m, nil
+}
+
+// create godoc
+// @Summary      Create a payment
+// @Description  Charges the customer once per Idempotency-Key. Retries with the same key and body are safe:
+// @Description  a finished payment's answer is replayed byte for byte with `Idempotent-Replayed: true`; a retry while
+// @Description  the first request is still running gets 409 with `Retry-After`; the same key with another body is 422.
+// @Description  A body that fails validation (400) and a provider that certainly did not charge (503) release the key,
+// @Description  so the app may retry with the same key. 201 is a success, 402 a decline (both final and replayable);
+// @Description  202 means the provider's answer is not known yet: the payment is `processing`, retry with the same key
+// @Description  (or poll `Location`) — the gateway settles it with the provider and never charges twice.
+// @Tags         payments
+// @Accept       json
+// @Produce      json
+// @Security     BearerAuth
+// @Param        Idempotency-Key header string true "One key per logical payment, 1 to 255 printable ASCII characters" maxLength(255)
+// @Param        request body CreateRequest true "The payment"
+// @Success      201 {object} View "succeeded"
+// @Header       201 {string} Location "/v1/payments/{id}"
+// @Header       201 {string} Idempotent-Replayed "true on a replay"
+// @Success      202 {object} View "processing: outcome unknown yet; retry with the same key"
+// @Header       202 {string} Retry-After "seconds"
+// @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid"
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      402 {object} DeclinedProblem "card_declined (final, replayable)"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use (Retry-After)"
+// @Failure      413 {object} problem.Problem "body_too_large"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
+// @Failure      503 {object} problem.Problem "provider_unavailable (Retry-After; nothing was charged)"
+// @Router       /v1/payments [post]
+func (h *Handler) create(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	claim, ok := idempotency.ClaimFrom(c)
+	if !ok {
+		return errors.New("payments: create mounted without the idempotency middleware")
+	}
+	// The service may keep the body past this handler (it is stored and
+	// parsed); Fiber reuses its buffer, so hand it a copy.
+	answer, err := h.svc.Create(c.UserContext(), claim, m, bytes.Clone(c.Body()))
+	if err != nil {
+		return err
+	}
+	return answer.Write(c)
+}
+
+// DeclinedProblem documents the 402 body: a problem with the declined payment.
+type DeclinedProblem struct {
+	problem.Problem
+	DeclineCode string `json:"decline_code" example:"insufficient_funds"`
+	Payment     View   `json:"payment"`
+}
+
+// get godoc
+// @Summary      Get a payment
+// @Description  One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.
+// @Tags         payments
+// @Produce      json
+// @Security     BearerAuth
+// @Param        id path string true "Payment id" example(pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Success      200 {object} View
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      404 {object} problem.Problem "payment_not_found"
+// @Router       /v1/payments/{id} [get]
+func (h *Handler) get(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	p, err := h.svc.store.Get(c.UserContext(), m.ID, c.Params("id"))
+	if errors.Is(err, ErrNotFound) {
+		return problem.New(fiber.StatusNotFound, "payment_not_found", "no such payment")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(p.View())
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Data       []View `json:"data"`
+	HasMore    bool   `json:"has_more" example:"true"`
+	NextCursor string `json:"next_cursor,omitempty" example:"MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"`
+}
+
+// list godoc
+// @Summary      List payments
+// @Description  The caller's payments, newest first, in pages. Pass `next_cursor` back as `cursor` for the next page.
+// @Tags         payments
+// @Produce      json
+// @Security     BearerAuth
+// @Param        status query string false "Only payments in this status" Enums(processing, succeeded, failed, requires_review)
+// @Param        limit  query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
+// @Param        cursor query string false "The next_cursor of the previous page"
+// @Success      200 {object} Page
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Router       /v1/payments [get]
+func (h *Handler) list(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	params := ListParams{Limit: 20, Status: Status(c.Query("status"))}
+	switch params.Status {
+	case "", StatusProcessing, StatusSucceeded, StatusFailed, StatusRequiresReview:
+	default:
+		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be processing, succeeded, failed or requires_review"})
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return problem.Invalid(problem.FieldError{Field: "limit", Reason: "must be an integer from 1 to 100"})
+		}
+		params.Limit = n
+	}
+	if v := c.Query("cursor"); v != "" {
+		cur, err := decodeCursor(v)
+		if err != nil {
+			return problem.Invalid(problem.FieldError{Field: "cursor", Reason: "is not a cursor this API returned"})
+		}
+		params.After = &cur
+	}
+	rows, err := h.svc.store.List(c.UserContext(), m.ID, params)
+	if err != nil {
+		return err
+	}
+	page := Page{Data: make([]View, 0, len(rows))}
+	if len(rows) > params.Limit {
+		page.HasMore = true
+		rows = rows[:params.Limit]
+		last := rows[len(rows)-1]
+		page.NextCursor = encodeCursor(Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	for i := range rows {
+		page.Data = append(page.Data, rows[i].View())
+	}
+	return c.JSON(page)
+}
+
+func encodeCursor(c Cursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.ID))
+}
+
+func decodeCursor(s string) (Cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return Cursor{}, err
+	}
+	ts, id, ok := strings.Cut(string(b), "|")
+	if !ok || id == "" {
+		return Cursor{}, errors.New("payments: malformed cursor")
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return Cursor{}, err
+	}
+	return Cursor{CreatedAt: t.UTC(), ID: id}, nil
+}

@@ -1,0 +1,114 @@
+// Package payments is the payment resource: creating a payment under an
+// idempotency claim, reading and listing a merchant's payments, and settling
+// a payment whose outcome was left unknown (the sweeper and webhooks).
+//
+// A payment row is written before the provider is called, so that whatever
+// happens next — an answer, a timeout, a crash — the ledger knows which
+// provider and reference to ask. The row's final state and the idempotency
+// key's stored answer then commit in one transaction: a replay never
+// disagrees with the ledger.
+package payments
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Status is the state of a payment.
+type Status string
+
+// Payment states. processing is the only non-final one; requires_review is
+// a processing payment the provider would not settle within REVIEW_AFTER.
+const (
+	StatusProcessing     Status = "processing"
+	StatusSucceeded      Status = "succeeded"
+	StatusFailed         Status = "failed"
+	StatusRequiresReview Status = "requires_review"
+)
+
+// Failure codes the gateway itself sets (providers add decline codes).
+const (
+	// FailureProviderUnavailable: the provider certainly did not charge;
+	// the key was released and a retry may charge afresh.
+	FailureProviderUnavailable = "provider_unavailable"
+	// FailureNotProcessed: the sweeper found the provider never saw the
+	// charge; the key was released.
+	FailureNotProcessed = "not_processed"
+)
+
+// Sentinel errors.
+var (
+	ErrNotFound = errors.New("payments: not found")
+)
+
+// Payment is one row of the ledger. Payments are kept forever.
+type Payment struct {
+	ID                    string `gorm:"primaryKey"`
+	MerchantID            string
+	IdempotencyKey        string
+	Amount                int64
+	Currency              string
+	Status                Status
+	Provider              string
+	ProviderReference     string
+	ProviderTransactionID string
+	FailureCode           string
+	FailureMessage        string
+	Email                 string
+	PaymentMethod         string
+	Description           string
+	Metadata              string // a JSON object, as validated
+	Attempts              int
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+}
+
+// TableName is the table the migrations create.
+func (Payment) TableName() string { return "payments" }
+
+// retryable reports whether a failed payment ended with the key released,
+// so that a new claim of the key may charge again.
+func (p *Payment) retryable() bool {
+	return p.Status == StatusFailed &&
+		(p.FailureCode == FailureProviderUnavailable || p.FailureCode == FailureNotProcessed)
+}
+
+// View is the public shape of a payment. The payment method token is not
+// echoed back.
+type View struct {
+	ID                    string          `json:"id" example:"pay_01hv8m3k2c7r9t5w4x6y8z0a1b"`
+	Object                string          `json:"object" example:"payment"`
+	Amount                int64           `json:"amount" example:"5000"`
+	Currency              string          `json:"currency" example:"NGN"`
+	Status                Status          `json:"status" example:"succeeded" enums:"processing,succeeded,failed,requires_review"`
+	Provider              string          `json:"provider" example:"simulator"`
+	ProviderReference     string          `json:"provider_reference" example:"op_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"`
+	ProviderTransactionID string          `json:"provider_transaction_id,omitempty" example:"sim_2b6c7d8e"`
+	FailureCode           string          `json:"failure_code,omitempty" example:"card_declined"`
+	FailureMessage        string          `json:"failure_message,omitempty" example:"The card was declined."`
+	Email                 string          `json:"email" example:"ada@example.com"`
+	Description           string          `json:"description,omitempty" example:"Order #1001"`
+	Metadata              json.RawMessage `json:"metadata" swaggertype:"object"`
+	IdempotencyKey        string          `json:"idempotency_key" example:"8e03978e-40d5-43e8-bc93-6894a57f9324"`
+	Attempts              int             `json:"attempts" example:"1"`
+	CreatedAt             time.Time       `json:"created_at" example:"2026-12-02T10:00:00Z"`
+	UpdatedAt             time.Time       `json:"updated_at" example:"2026-12-02T10:00:01Z"`
+}
+
+// View renders the payment for the API.
+func (p *Payment) View() View {
+	md := json.RawMessage(p.Metadata)
+	if len(md) == 0 {
+		md = json.RawMessage("{}")
+	}
+	return View{
+		ID: p.ID, Object: "payment", Amount: p.Amount, Currency: p.Currency, Status: p.Status,
+		Provider: p.Provider, ProviderReference: p.ProviderReference,
+		ProviderTransactionID: p.ProviderTransactionID,
+		FailureCode:           p.FailureCode, FailureMessage: p.FailureMessage,
+		Email: p.Email, Description: p.Description, Metadata: md,
+		IdempotencyKey: p.IdempotencyKey, Attempts: p.Attempts,
+		CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+	}
+}

@@ -1,0 +1,158 @@
+package payments
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/mail"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/providers"
+)
+
+// CreateRequest is the body of POST /v1/payments.
+type CreateRequest struct {
+	// Amount in minor units of the currency (kobo, cents): a positive integer.
+	Amount json.RawMessage `json:"amount" swaggertype:"integer" example:"5000"`
+	// Currency is an ISO 4217 code.
+	Currency string `json:"currency" example:"NGN"`
+	// Email of the customer.
+	Email string `json:"email" example:"ada@example.com"`
+	// PaymentMethod is the provider's token for a saved card or account
+	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending).
+	PaymentMethod string `json:"payment_method" example:"sim_success"`
+	// Provider overrides the merchant's default provider.
+	Provider string `json:"provider,omitempty" example:"simulator"`
+	// Description is free text shown to the merchant.
+	Description string `json:"description,omitempty" example:"Order #1001"`
+	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Limits of a payment request.
+const (
+	maxAmount      = 1_000_000_000_000 // 10^12 minor units
+	maxMetadata    = 50
+	maxMetaKey     = 40
+	maxMetaValue   = 500
+	maxDescription = 1000
+	maxMethod      = 255
+)
+
+// input is a validated CreateRequest.
+type input struct {
+	Amount        int64
+	Currency      string
+	Email         string
+	PaymentMethod string
+	Provider      string
+	Description   string
+	Metadata      string
+}
+
+// parseCreate decodes and validates a request body. Every problem is a 400
+// invalid_request naming the fields; nothing has been charged.
+func parseCreate(body []byte) (input, *problem.Problem) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req CreateRequest
+	if err := dec.Decode(&req); err != nil {
+		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: decodeReason(err)})
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a single JSON object"})
+	}
+	var errs []problem.FieldError
+	bad := func(field, reason string) { errs = append(errs, problem.FieldError{Field: field, Reason: reason}) }
+
+	in := input{
+		Currency:      strings.ToUpper(strings.TrimSpace(req.Currency)),
+		Email:         strings.TrimSpace(req.Email),
+		PaymentMethod: req.PaymentMethod,
+		Provider:      strings.TrimSpace(req.Provider),
+		Description:   req.Description,
+	}
+	// Parsing the raw token accepts exactly a JSON integer: 50.5, 5e3 and
+	// "5000" (a string) are all refused, never rounded.
+	if len(req.Amount) == 0 || string(req.Amount) == "null" {
+		bad("amount", "is required")
+	} else if n, err := strconv.ParseInt(string(req.Amount), 10, 64); err != nil || n <= 0 || n > maxAmount {
+		bad("amount", fmt.Sprintf("must be a positive integer in minor units, at most %d", int64(maxAmount)))
+	} else {
+		in.Amount = n
+	}
+	if in.Currency == "" {
+		bad("currency", "is required")
+	} else if _, ok := providers.Exponent(in.Currency); !ok {
+		bad("currency", "must be an ISO 4217 currency code")
+	}
+	if in.Email == "" {
+		bad("email", "is required")
+	} else if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
+		bad("email", "must be a plain email address")
+	}
+	if in.PaymentMethod == "" {
+		bad("payment_method", "is required")
+	} else if len(in.PaymentMethod) > maxMethod || !printable(in.PaymentMethod) {
+		bad("payment_method", "must be at most 255 printable ASCII characters")
+	}
+	if len(in.Provider) > 64 {
+		bad("provider", "is not a provider name")
+	}
+	if !utf8.ValidString(in.Description) || utf8.RuneCountInString(in.Description) > maxDescription {
+		bad("description", fmt.Sprintf("must be valid UTF-8, at most %d characters", maxDescription))
+	}
+	if len(req.Metadata) > maxMetadata {
+		bad("metadata", fmt.Sprintf("must have at most %d keys", maxMetadata))
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > maxMetaKey || len(v) > maxMetaValue {
+			bad("metadata", fmt.Sprintf("keys must be 1 to %d characters and values at most %d", maxMetaKey, maxMetaValue))
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return input{}, problem.Invalid(errs...)
+	}
+	md := []byte("{}")
+	if len(req.Metadata) > 0 {
+		md, _ = json.Marshal(req.Metadata) // map keys are sorted: stable bytes
+	}
+	in.Metadata = string(md)
+	return in, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeReason explains a JSON error without echoing the input back.
+func decodeReason(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "is empty; send a JSON object"
+	case errors.As(err, &syn):
+		return fmt.Sprintf("is not valid JSON (at byte %d)", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Sprintf("field %s must be %s", typ.Field, typ.Type)
+		}
+		return "must be a JSON object"
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	default:
+		return "is not a valid payment request"
+	}
+}

@@ -1,0 +1,375 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/providers"
+)
+
+// Accounts gives the provider account of a merchant. It returns an error
+// wrapping providers.ErrUnknownProvider when the merchant has no account
+// with that provider.
+type Accounts interface {
+	Provider(ctx context.Context, merchantID, name string) (providers.Provider, error)
+}
+
+// Merchant is the authenticated caller, as the auth middleware knows it.
+type Merchant struct {
+	ID              string
+	DefaultProvider string
+}
+
+// Config tunes the service.
+type Config struct {
+	// ReviewAfter is how long a payment may stay processing before the
+	// sweeper marks it requires_review (REVIEW_AFTER).
+	ReviewAfter time.Duration
+	// Lease is the idempotency lease a settler (sweeper, webhook) takes.
+	Lease time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives operational events; nil means slog.Default().
+	Log *slog.Logger
+	// Observe, if set, counts payments reaching a state, by provider.
+	Observe func(provider string, status Status)
+	// ObserveProvider, if set, times provider calls: op is charge or
+	// lookup, class is ok, not_charged or unknown.
+	ObserveProvider func(provider, op, class string, d time.Duration)
+}
+
+// Service creates and settles payments.
+type Service struct {
+	db       *gorm.DB
+	store    *Store
+	keys     *idempotency.Store
+	accounts Accounts
+	cfg      Config
+}
+
+// NewService wires a service.
+func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.ReviewAfter == 0 {
+		cfg.ReviewAfter = 24 * time.Hour
+	}
+	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg}
+}
+
+// Store exposes the payment store (for reads by handlers and tests).
+func (s *Service) Store() *Store { return s.store }
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
+
+// Answer is what the create handler sends: a final answer (also stored
+// under the key) or the unstored 202 of an unknown outcome.
+type Answer = idempotency.Response
+
+// Create runs one payment under the request's idempotency claim, and ends
+// the claim the way the contract says: validation errors and certain
+// non-charges release it (the app may fix the body and reuse the key), final
+// outcomes complete it together with the ledger row, and unknown outcomes
+// leave it in progress for a retry's takeover or the sweeper.
+func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchant, body []byte) (Answer, error) {
+	in, bad := parseCreate(body)
+	if bad != nil {
+		return Answer{}, s.release(ctx, claim, bad)
+	}
+	name := in.Provider
+	if name == "" {
+		name = m.DefaultProvider
+	}
+	prov, err := s.accounts.Provider(ctx, m.ID, name)
+	if errors.Is(err, providers.ErrUnknownProvider) {
+		return Answer{}, s.release(ctx, claim, problem.Invalid(problem.FieldError{
+			Field: "provider", Reason: fmt.Sprintf("%q is not configured for this merchant", name)}))
+	}
+	if err != nil {
+		return Answer{}, s.release(ctx, claim, err)
+	}
+	in.Provider = name
+
+	p, err := s.open(ctx, claim, m.ID, in)
+	if err != nil {
+		return Answer{}, err
+	}
+	if final(p.Status) {
+		// The ledger already has a final answer for this key (its stored
+		// answer was purged after KEY_TTL): answer it again, never charge.
+		return s.complete(ctx, claim, &p)
+	}
+
+	failpoint("before_charge")
+	res, err := s.charge(ctx, prov, &p)
+	failpoint("after_charge")
+	switch {
+	case errors.Is(err, providers.ErrNotCharged):
+		return Answer{}, s.notCharged(ctx, claim, &p, err)
+	case err != nil:
+		s.cfg.Log.WarnContext(ctx, "payment outcome unknown; left in progress",
+			"merchant_id", m.ID, "payment_id", p.ID, "provider", p.Provider, "err", err)
+		return s.unknown(ctx, claim, &p)
+	case !res.Outcome.Final():
+		if res.TransactionID != "" {
+			p.ProviderTransactionID = res.TransactionID
+		}
+		return s.unknown(ctx, claim, &p)
+	}
+	return s.finish(ctx, claim, &p, res)
+}
+
+// open writes (or re-opens) the payment row before the provider is called,
+// so a crash during the call leaves the ledger knowing what to look up.
+func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID string, in input) (Payment, error) {
+	now := s.now()
+	var p Payment
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		existing, err := s.store.GetByKey(ctx, tx, merchantID, claim.Key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			p = Payment{
+				ID:                "pay_" + compactUUID(),
+				MerchantID:        merchantID,
+				IdempotencyKey:    claim.Key,
+				Status:            StatusProcessing,
+				ProviderReference: providers.Reference(merchantID, claim.Key),
+				Attempts:          1,
+				CreatedAt:         now,
+			}
+			p.apply(in, now)
+			if err := s.store.Insert(ctx, tx, &p); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case existing.retryable():
+			// The key was released after a certain non-charge: this is a
+			// new attempt at the same payment, with the same reference.
+			p = existing
+			p.apply(in, now)
+			p.Status = StatusProcessing
+			p.FailureCode, p.FailureMessage = "", ""
+			p.Attempts++
+			if err := s.store.Reopen(ctx, tx, &p); err != nil {
+				return err
+			}
+		default:
+			// Taken over (processing) or already final: same payment, same
+			// reference; a takeover re-drives the charge, which the
+			// provider dedupes.
+			p = existing
+			if !final(p.Status) {
+				p.Attempts++
+				if err := s.store.Reopen(ctx, tx, &p); err != nil {
+					return err
+				}
+			}
+		}
+		return s.keys.SetResource(ctx, tx, claim, p.ID)
+	})
+	if errors.Is(err, idempotency.ErrLostClaim) {
+		return Payment{}, keyInUse()
+	}
+	return p, err
+}
+
+func (p *Payment) apply(in input, now time.Time) {
+	p.Amount, p.Currency, p.Email = in.Amount, in.Currency, in.Email
+	p.PaymentMethod, p.Provider = in.PaymentMethod, in.Provider
+	p.Description, p.Metadata = in.Description, in.Metadata
+	p.UpdatedAt = now
+}
+
+func (s *Service) charge(ctx context.Context, prov providers.Provider, p *Payment) (providers.Result, error) {
+	start := time.Now()
+	res, err := prov.Charge(ctx, providers.ChargeRequest{
+		Reference:     p.ProviderReference,
+		Amount:        p.Amount,
+		Currency:      p.Currency,
+		Email:         p.Email,
+		PaymentMethod: p.PaymentMethod,
+		Description:   p.Description,
+	})
+	s.observeProvider(p.Provider, "charge", err, time.Since(start))
+	return res, err
+}
+
+func (s *Service) observeProvider(provider, op string, err error, d time.Duration) {
+	if s.cfg.ObserveProvider == nil {
+		return
+	}
+	class := "ok"
+	switch {
+	case errors.Is(err, providers.ErrNotCharged):
+		class = "not_charged"
+	case err != nil:
+		class = "unknown"
+	}
+	s.cfg.ObserveProvider(provider, op, class, d)
+}
+
+// finish records a final outcome and completes the key with the answer, in
+// one transaction.
+func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Payment, res providers.Result) (Answer, error) {
+	now := s.now()
+	f := finishParams{Status: StatusSucceeded, TransactionID: res.TransactionID, At: now}
+	if res.Outcome == providers.OutcomeFailed {
+		f.Status = StatusFailed
+		f.FailureCode = res.FailureCode
+		if f.FailureCode == "" {
+			f.FailureCode = "card_declined"
+		}
+		f.FailureMessage = res.FailureMessage
+	}
+	var answer Answer
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ok, err := s.store.Finish(ctx, tx, p.MerchantID, p.ID, f)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.Status, p.FailureCode, p.FailureMessage, p.UpdatedAt = f.Status, f.FailureCode, f.FailureMessage, now
+			if f.TransactionID != "" {
+				p.ProviderTransactionID = f.TransactionID
+			}
+		} else {
+			// Someone settled it first: the ledger's state is the answer.
+			cur, err := s.store.GetByKey(ctx, tx, p.MerchantID, p.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			*p = cur
+		}
+		answer = Render(p)
+		return s.keys.Complete(ctx, tx, claim, answer)
+	})
+	if errors.Is(err, idempotency.ErrLostClaim) {
+		return Answer{}, keyInUse()
+	}
+	if err != nil {
+		return Answer{}, err
+	}
+	s.observe(p)
+	return answer, nil
+}
+
+// complete stores the ledger's final answer under the key without touching
+// the payment.
+func (s *Service) complete(ctx context.Context, claim idempotency.Claim, p *Payment) (Answer, error) {
+	answer := Render(p)
+	err := s.keys.Complete(ctx, nil, claim, answer)
+	if errors.Is(err, idempotency.ErrLostClaim) {
+		return Answer{}, keyInUse()
+	}
+	return answer, err
+}
+
+// notCharged records a certain non-charge and releases the key so the app's
+// retry charges afresh (same payment, same reference).
+func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) error {
+	_, err := s.store.Finish(ctx, nil, p.MerchantID, p.ID, finishParams{
+		Status: StatusFailed, FailureCode: FailureProviderUnavailable,
+		FailureMessage: "The provider did not accept the charge; retry later.", At: s.now(),
+	})
+	if err != nil {
+		// The key stays in progress; the sweeper will find nothing at the
+		// provider and release it.
+		return err
+	}
+	p.Status = StatusFailed
+	s.observe(p)
+	s.cfg.Log.WarnContext(ctx, "provider did not charge; key released",
+		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", cause)
+	return s.release(ctx, claim, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+		"the payment provider is unavailable and did not charge; retry with the same Idempotency-Key").
+		WithRetryAfter(5).With("payment_id", p.ID))
+}
+
+// unknown answers 202: the payment is processing and its key stays in
+// progress, but this request gives up its lease so that the app's retry
+// takes over at once and re-drives the charge (the provider dedupes).
+func (s *Service) unknown(ctx context.Context, claim idempotency.Claim, p *Payment) (Answer, error) {
+	if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		s.cfg.Log.WarnContext(ctx, "could not end lease early", "payment_id", p.ID, "err", err)
+	}
+	body, err := json.Marshal(p.View())
+	if err != nil {
+		return Answer{}, err
+	}
+	return Answer{
+		Status: fiber.StatusAccepted,
+		Header: map[string]string{
+			fiber.HeaderContentType: fiber.MIMEApplicationJSON,
+			fiber.HeaderLocation:    location(p.ID),
+			fiber.HeaderRetryAfter:  "2",
+		},
+		Body: body,
+	}, nil
+}
+
+// release ends the claim with nothing stored and returns cause for the
+// handler to answer.
+func (s *Service) release(ctx context.Context, claim idempotency.Claim, cause error) error {
+	if err := s.keys.Release(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		return fmt.Errorf("payments: release key: %w (while answering %v)", err, cause)
+	}
+	return cause
+}
+
+func (s *Service) observe(p *Payment) {
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(p.Provider, p.Status)
+	}
+}
+
+func keyInUse() error {
+	return problem.New(fiber.StatusConflict, "idempotency_key_in_use",
+		"another request took this Idempotency-Key over; retry to get its answer").WithRetryAfter(1)
+}
+
+func final(s Status) bool { return s == StatusSucceeded || s == StatusFailed }
+
+func location(id string) string { return "/v1/payments/" + id }
+
+func compactUUID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
+
+// Render is the final answer for a settled payment, exactly as the create
+// handler sends it and as every later settler (a takeover, the sweeper, a
+// webhook) stores it: 201 with the payment for a success, 402 card_declined
+// with the payment for a decline.
+func Render(p *Payment) Answer {
+	view := p.View()
+	header := map[string]string{fiber.HeaderLocation: location(p.ID)}
+	if p.Status == StatusSucceeded {
+		body, _ := json.Marshal(view) // a View always encodes
+		header[fiber.HeaderContentType] = fiber.MIMEApplicationJSON
+		return Answer{Status: fiber.StatusCreated, Header: header, Body: body, ResourceID: p.ID}
+	}
+	msg := p.FailureMessage
+	if msg == "" {
+		msg = "The payment was declined."
+	}
+	pr := problem.New(fiber.StatusPaymentRequired, "card_declined", msg).
+		With("decline_code", p.FailureCode).With("payment", view)
+	header[fiber.HeaderContentType] = problem.ContentType
+	return Answer{Status: fiber.StatusPaymentRequired, Header: header, Body: pr.Body(""), ResourceID: p.ID}
+}

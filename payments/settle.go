@@ -1,0 +1,111 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/providers"
+)
+
+// Settlement is what settling a stuck key did.
+type Settlement string
+
+// The results of Settle, counted by the sweeper.
+const (
+	// Resolved: the provider's final outcome is recorded and the key
+	// completed with the answer the handler would have sent.
+	Resolved Settlement = "resolved"
+	// Released: the provider never saw the charge (or nothing was ever
+	// recorded); the key was released so the app's retry charges afresh.
+	Released Settlement = "released"
+	// Pending: the provider could not tell yet; the key stays in progress.
+	Pending Settlement = "pending"
+	// Review: still unresolved after REVIEW_AFTER; the payment is marked
+	// requires_review and the key stays in progress.
+	Review Settlement = "review"
+	// Skipped: the payment was already final (a duplicate settler).
+	Skipped Settlement = "skipped"
+)
+
+// Settle finishes the payment of a key whose outcome was left unknown. The
+// caller (the sweeper or a webhook) has taken the key over, so it owns the
+// claim. Settle never creates a charge: it asks the provider with Lookup,
+// and a charge the provider never saw is released, not made.
+func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
+	p, err := s.store.GetByKey(ctx, nil, claim.MerchantID, claim.Key)
+	if errors.Is(err, ErrNotFound) {
+		// The ledger row commits before any provider call, so no row means
+		// no charge was attempted: the claim died before it did anything.
+		return Released, s.keys.Release(ctx, claim)
+	}
+	if err != nil {
+		return "", err
+	}
+	if final(p.Status) {
+		if _, err := s.complete(ctx, claim, &p); err != nil {
+			return "", err
+		}
+		return Skipped, nil
+	}
+	prov, err := s.accounts.Provider(ctx, p.MerchantID, p.Provider)
+	if err != nil {
+		// The merchant's account was removed: nobody can ask the provider.
+		return s.stillUnknown(ctx, claim, &p, fmt.Errorf("provider account: %w", err))
+	}
+	start := s.cfg.Now()
+	res, err := prov.Lookup(ctx, p.ProviderReference)
+	s.observeProvider(p.Provider, "lookup", err, s.cfg.Now().Sub(start))
+	if err != nil {
+		return s.stillUnknown(ctx, claim, &p, err)
+	}
+	switch res.Outcome {
+	case providers.OutcomeSucceeded, providers.OutcomeFailed:
+		if _, err := s.finish(ctx, claim, &p, res); err != nil {
+			return "", err
+		}
+		return Resolved, nil
+	case providers.OutcomeNotFound:
+		ok, err := s.store.Finish(ctx, nil, p.MerchantID, p.ID, finishParams{
+			Status: StatusFailed, FailureCode: FailureNotProcessed,
+			FailureMessage: "The provider never received the charge; retry with the same Idempotency-Key.",
+			At:             s.now(),
+		})
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			p.Status = StatusFailed
+			s.observe(&p)
+		}
+		return Released, s.keys.Release(ctx, claim)
+	default:
+		return s.stillUnknown(ctx, claim, &p, nil)
+	}
+}
+
+// stillUnknown leaves the key in progress for the next run, and after
+// ReviewAfter flags the payment for a human.
+func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Settlement, error) {
+	result := Pending
+	if s.now().Sub(p.CreatedAt) >= s.cfg.ReviewAfter && p.Status == StatusProcessing {
+		if err := s.store.MarkReview(ctx, p.MerchantID, p.ID, s.now()); err != nil {
+			return "", err
+		}
+		p.Status = StatusRequiresReview
+		s.observe(p)
+		s.cfg.Log.WarnContext(ctx, "payment requires review: provider outcome unknown past REVIEW_AFTER",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider)
+		result = Review
+	} else if p.Status == StatusRequiresReview {
+		result = Review
+	}
+	if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		return "", err
+	}
+	if cause != nil {
+		return result, fmt.Errorf("payments: settle %s: %w", p.ID, cause)
+	}
+	return result, nil
+}

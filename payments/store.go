@@ -1,0 +1,152 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Store keeps payments. Every read and write filters on merchant_id. Methods
+// that take tx run on it (a transaction or nil for the store's pool).
+type Store struct{ db *gorm.DB }
+
+// NewStore returns a store over db.
+func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
+
+func (s *Store) exec(ctx context.Context, tx *gorm.DB) *gorm.DB {
+	if tx == nil {
+		tx = s.db
+	}
+	return tx.WithContext(ctx)
+}
+
+func interpret(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return ErrNotFound
+	default:
+		return fmt.Errorf("payments: %s: %w", op, err)
+	}
+}
+
+// Get returns the merchant's payment with this id; another merchant's id is
+// ErrNotFound, exactly like an id that does not exist.
+func (s *Store) Get(ctx context.Context, merchantID, id string) (Payment, error) {
+	var p Payment
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND id = ?", merchantID, id).Take(&p).Error
+	return p, interpret("get", err)
+}
+
+// GetByKey returns the payment made under an idempotency key.
+func (s *Store) GetByKey(ctx context.Context, tx *gorm.DB, merchantID, key string) (Payment, error) {
+	var p Payment
+	err := s.exec(ctx, tx).Where("merchant_id = ? AND idempotency_key = ?", merchantID, key).Take(&p).Error
+	return p, interpret("get by key", err)
+}
+
+// GetByReference returns the merchant's payment with our provider reference.
+func (s *Store) GetByReference(ctx context.Context, merchantID, reference string) (Payment, error) {
+	var p Payment
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND provider_reference = ?", merchantID, reference).Take(&p).Error
+	return p, interpret("get by reference", err)
+}
+
+// Insert writes a new payment.
+func (s *Store) Insert(ctx context.Context, tx *gorm.DB, p *Payment) error {
+	return interpret("insert", s.exec(ctx, tx).Create(p).Error)
+}
+
+// Reopen starts a new attempt on a payment whose key was claimed again: the
+// request's fields replace the old ones (nothing was charged for them) and
+// the status goes back to processing. The reference never changes.
+func (s *Store) Reopen(ctx context.Context, tx *gorm.DB, p *Payment) error {
+	res := s.exec(ctx, tx).Model(&Payment{}).
+		Where("merchant_id = ? AND id = ?", p.MerchantID, p.ID).
+		Updates(map[string]any{
+			"amount": p.Amount, "currency": p.Currency, "email": p.Email,
+			"payment_method": p.PaymentMethod, "description": p.Description,
+			"metadata": p.Metadata, "provider": p.Provider, "status": p.Status,
+			"failure_code": "", "failure_message": "", "attempts": p.Attempts,
+			"updated_at": p.UpdatedAt,
+		})
+	if res.Error != nil {
+		return interpret("reopen", res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// finishParams is a state change of a payment.
+type finishParams struct {
+	Status         Status
+	TransactionID  string
+	FailureCode    string
+	FailureMessage string
+	At             time.Time
+}
+
+// Finish moves a payment that is still open (processing or under review)
+// to a new state. The condition makes concurrent settlers (owner, sweeper,
+// webhook) harmless: a payment already final is left alone and ok is false.
+func (s *Store) Finish(ctx context.Context, tx *gorm.DB, merchantID, id string, f finishParams) (ok bool, err error) {
+	values := map[string]any{
+		"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage,
+		"updated_at": f.At,
+	}
+	if f.TransactionID != "" {
+		values["provider_transaction_id"] = f.TransactionID
+	}
+	res := s.exec(ctx, tx).Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
+			[]Status{StatusProcessing, StatusRequiresReview}).
+		Updates(values)
+	if res.Error != nil {
+		return false, interpret("finish", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// ListParams selects a page of payments, newest first.
+type ListParams struct {
+	Status Status // optional filter
+	Limit  int
+	// After continues a listing: only payments older than this one (by
+	// created_at, then id) are returned.
+	After *Cursor
+}
+
+// Cursor is a position in a listing.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// List returns up to p.Limit+1 payments so the caller can tell whether
+// there is another page.
+func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Payment, error) {
+	q := s.exec(ctx, nil).Where("merchant_id = ?", merchantID)
+	if p.Status != "" {
+		q = q.Where("status = ?", p.Status)
+	}
+	if p.After != nil {
+		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
+	}
+	var out []Payment
+	err := q.Order("created_at DESC, id DESC").Limit(p.Limit + 1).Find(&out).Error
+	return out, interpret("list", err)
+}
+
+// MarkReview flags a payment still processing for a human.
+func (s *Store) MarkReview(ctx context.Context, merchantID, id string, at time.Time) error {
+	err := s.exec(ctx, nil).Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, StatusProcessing).
+		Updates(map[string]any{"status": StatusRequiresReview, "updated_at": at}).Error
+	return interpret("mark review", err)
+}
