@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/url"
 	"reflect"
@@ -69,6 +70,9 @@ func (r CreateTenantRequest) String() string { return "tenants.CreateTenantReque
 // GoString redacts the provider secrets.
 func (r CreateTenantRequest) GoString() string { return r.String() }
 
+// LogValue redacts secrets from slog output.
+func (r CreateTenantRequest) LogValue() slog.Value { return slog.StringValue("redacted") }
+
 // UpdateTenantRequest changes a tenant; absent fields stay as they are. A
 // provider mapped to secrets creates or replaces that account; a provider
 // mapped to null removes it.
@@ -84,6 +88,9 @@ func (r UpdateTenantRequest) String() string { return "tenants.UpdateTenantReque
 
 // GoString redacts the provider secrets.
 func (r UpdateTenantRequest) GoString() string { return r.String() }
+
+// LogValue redacts secrets from slog output.
+func (r UpdateTenantRequest) LogValue() slog.Value { return slog.StringValue("redacted") }
 
 // TenantResponse is a tenant. It never carries a secret.
 type TenantResponse struct {
@@ -112,6 +119,11 @@ func (r CreatedTenantResponse) String() string {
 // GoString redacts the client secret.
 func (r CreatedTenantResponse) GoString() string { return r.String() }
 
+// LogValue redacts secrets from slog output.
+func (r CreatedTenantResponse) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("id", r.ID), slog.String("client_id", r.ClientID))
+}
+
 // CredentialsResponse is a new credential pair, shown once.
 type CredentialsResponse struct {
 	TenantID     string    `json:"tenant_id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
@@ -127,6 +139,11 @@ func (r CredentialsResponse) String() string {
 
 // GoString redacts the client secret.
 func (r CredentialsResponse) GoString() string { return r.String() }
+
+// LogValue redacts secrets from slog output.
+func (r CredentialsResponse) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("tenant_id", r.TenantID), slog.String("client_id", r.ClientID))
+}
 
 // TenantListResponse is one page of tenants, oldest first.
 type TenantListResponse struct {
@@ -148,6 +165,9 @@ func (r TokenResponse) String() string { return "tenants.TokenResponse{redacted}
 
 // GoString redacts the token.
 func (r TokenResponse) GoString() string { return r.String() }
+
+// LogValue redacts secrets from slog output.
+func (r TokenResponse) LogValue() slog.Value { return slog.StringValue("redacted") }
 
 func tenantResponse(t Tenant) TenantResponse {
 	ps := t.Providers
