@@ -1,0 +1,235 @@
+// Package apptest runs the real gateway for tests: the full app on its own
+// fresh database (a PostgreSQL schema by default), served on a loopback
+// listener, with helpers to onboard merchants and call the API over HTTP.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/gateway/app"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/config"
+)
+
+// AdminKey is the admin API key of every test gateway.
+const AdminKey = "test-admin-key-0123456789abcdef"
+
+// Gateway is a running test gateway.
+type Gateway struct {
+	T      testing.TB
+	App    *app.App
+	URL    string
+	DBURL  string
+	Client *http.Client
+	Logs   *SyncBuffer
+}
+
+// Option changes the environment a test gateway starts with.
+type Option func(env map[string]string)
+
+// Env sets one environment variable.
+func Env(name, value string) Option { return func(m map[string]string) { m[name] = value } }
+
+// SQLite runs the gateway on a fresh SQLite file instead of PostgreSQL.
+func SQLite() Option { return func(m map[string]string) { m["DATABASE_URL"] = "" } }
+
+// BaseEnv is the environment of a test gateway on the database at dbURL
+// (empty: SQLite under dataDir). It is also what subprocess tests pass to
+// the real binary.
+func BaseEnv(dbURL, dataDir string) map[string]string {
+	return map[string]string{
+		"GATEWAY_ENV":           "development",
+		"DATA_DIR":              dataDir,
+		"DATABASE_URL":          dbURL,
+		"ADMIN_API_KEY":         AdminKey,
+		"JWT_SECRET":            "test-jwt-secret-0123456789abcdef0123456789",
+		"MASTER_KEY":            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+		"LOG_LEVEL":             "warn",
+		"PROVIDER_TIMEOUT":      "2s",
+		"IDEMPOTENCY_LEASE":     "5s",
+		"SWEEP_STALE_AFTER":     "5s",
+		"RATE_LIMIT_PER_SECOND": "0",
+	}
+}
+
+// postgresPlaceholder marks "a fresh PostgreSQL schema, please" until
+// Start makes one; SQLite() replaces it with "" (the embedded store).
+const postgresPlaceholder = "postgres://apptest"
+
+// Start runs a gateway for the test and stops it when the test ends.
+func Start(t testing.TB, opts ...Option) *Gateway {
+	t.Helper()
+	dir := t.TempDir()
+	env := BaseEnv(postgresPlaceholder, dir)
+	for _, o := range opts {
+		o(env)
+	}
+	if env["DATABASE_URL"] == postgresPlaceholder {
+		env["DATABASE_URL"] = dbtest.PostgresURL(t)
+	}
+	cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	logs := &SyncBuffer{}
+	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	a, err := app.New(cfg, log)
+	if err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("apptest: gateway did not stop")
+		}
+	})
+	return &Gateway{
+		T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: env["DATABASE_URL"],
+		Client: &http.Client{Timeout: 30 * time.Second}, Logs: logs,
+	}
+}
+
+// Response is a finished HTTP exchange with its raw body.
+type Response struct {
+	*http.Response
+	Body []byte
+}
+
+// JSON decodes the body into a map.
+func (r Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("apptest: body is not JSON: %v: %s", err, r.Body)
+	}
+	return m
+}
+
+// Code is the problem code of an error body.
+func (r Response) Code(t testing.TB) string {
+	t.Helper()
+	c, _ := r.JSON(t)["code"].(string)
+	return c
+}
+
+// Do sends a request; headers are name, value pairs.
+func (g *Gateway) Do(method, path string, body []byte, headers ...string) Response {
+	g.T.Helper()
+	req, err := http.NewRequest(method, g.URL+path, bytes.NewReader(body))
+	if err != nil {
+		g.T.Fatalf("apptest: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		g.T.Fatalf("apptest: %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		g.T.Fatalf("apptest: read body: %v", err)
+	}
+	return Response{Response: resp, Body: b}
+}
+
+// Admin calls the admin API with the admin key.
+func (g *Gateway) Admin(method, path string, body any) Response {
+	g.T.Helper()
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	return g.Do(method, path, b, "Authorization", "Bearer "+AdminKey)
+}
+
+// Merchant is an onboarded tenant with a valid token.
+type Merchant struct {
+	ID, ClientID, ClientSecret, Token string
+}
+
+// Onboard creates a tenant (default provider simulator unless the body
+// says otherwise) and fetches a token for it.
+func (g *Gateway) Onboard(body map[string]any) Merchant {
+	g.T.Helper()
+	if body == nil {
+		body = map[string]any{}
+	}
+	if _, ok := body["name"]; !ok {
+		body["name"] = "Test Merchant"
+	}
+	if _, ok := body["default_provider"]; !ok {
+		body["default_provider"] = "simulator"
+	}
+	r := g.Admin("POST", "/admin/v1/tenants", body)
+	if r.StatusCode != http.StatusCreated {
+		g.T.Fatalf("apptest: onboard: %d %s", r.StatusCode, r.Body)
+	}
+	m := r.JSON(g.T)
+	out := Merchant{ID: str(m["id"]), ClientID: str(m["client_id"]), ClientSecret: str(m["client_secret"])}
+	out.Token = g.Token(out.ClientID, out.ClientSecret)
+	return out
+}
+
+// Token exchanges client credentials for an access token.
+func (g *Gateway) Token(clientID, secret string) string {
+	g.T.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}}.Encode()
+	req, _ := http.NewRequest("POST", g.URL+"/v1/auth/token", strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(clientID+":"+secret)))
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		g.T.Fatalf("apptest: token: %v", err)
+	}
+	defer resp.Body.Close()
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&tok) != nil || tok.AccessToken == "" {
+		g.T.Fatalf("apptest: token: status %d", resp.StatusCode)
+	}
+	return tok.AccessToken
+}
+
+// Pay posts a payment for m with an idempotency key.
+func (g *Gateway) Pay(m Merchant, key string, body any) Response {
+	g.T.Helper()
+	b, ok := body.([]byte)
+	if !ok {
+		b, _ = json.Marshal(body)
+	}
+	return g.Do("POST", "/v1/payments", b, "Authorization", "Bearer "+m.Token, "Idempotency-Key", key)
+}
+
+// Get calls a merchant GET route.
+func (g *Gateway) Get(m Merchant, path string) Response {
+	g.T.Helper()
+	return g.Do("GET", path, nil, "Authorization", "Bearer "+m.Token)
+}
+
+func str(v any) string { s, _ := v.(string); return s }
