@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/gateway/providers/flutterwave"
 	"github.com/oncepay/gateway/providers/paystack"
 	"github.com/oncepay/gateway/providers/simulator"
+	"github.com/oncepay/gateway/providers/stripe"
 	"github.com/oncepay/gateway/tenants"
 )
 
@@ -74,7 +75,8 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		BaseURL: cfg.Provider.PaystackBaseURL, Timeout: cfg.Provider.Timeout}))
 	reg.Register(flutterwave.Name, flutterwave.RequiredSecrets, flutterwave.New(flutterwave.Config{
 		BaseURL: cfg.Provider.FlutterwaveBaseURL, Timeout: cfg.Provider.Timeout}))
-	// STRIPE-REGISTER
+	reg.Register(stripe.Name, stripe.RequiredSecrets, stripe.New(stripe.Config{
+		BaseURL: cfg.Provider.StripeBaseURL, Timeout: cfg.Provider.Timeout}))
 
 	var err error
 	a.Tenants, err = tenants.NewService(db, reg, tenants.Config{

@@ -83,7 +83,7 @@ type View struct {
 	Currency              string          `json:"currency" example:"NGN"`
 	Status                Status          `json:"status" example:"succeeded" enums:"processing,succeeded,failed,requires_review"`
 	Provider              string          `json:"provider" example:"simulator"`
-	ProviderReference     string          `json:"provider_reference" example:"op_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"`
+	ProviderReference     string          `json:"provider_reference" example:"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"`
 	ProviderTransactionID string          `json:"provider_transaction_id,omitempty" example:"sim_2b6c7d8e"`
 	FailureCode           string          `json:"failure_code,omitempty" example:"card_declined"`
 	FailureMessage        string          `json:"failure_message,omitempty" example:"The card was declined."`

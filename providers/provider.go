@@ -123,5 +123,5 @@ func Reference(merchantID, key string) string {
 	h.Write([]byte(merchantID))
 	h.Write([]byte{0})
 	h.Write([]byte(key))
-	return "op_" + hex.EncodeToString(h.Sum(nil))[:40]
+	return "op-" + hex.EncodeToString(h.Sum(nil))[:40]
 }

@@ -135,9 +135,18 @@ func (r Response) Code(t testing.TB) string {
 // Do sends a request; headers are name, value pairs.
 func (g *Gateway) Do(method, path string, body []byte, headers ...string) Response {
 	g.T.Helper()
+	r, err := g.Try(method, path, body, headers...)
+	if err != nil {
+		g.T.Fatalf("apptest: %s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// Try is Do for requests that may fail at the transport (a killed gateway).
+func (g *Gateway) Try(method, path string, body []byte, headers ...string) (Response, error) {
 	req, err := http.NewRequest(method, g.URL+path, bytes.NewReader(body))
 	if err != nil {
-		g.T.Fatalf("apptest: %v", err)
+		return Response{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -147,14 +156,14 @@ func (g *Gateway) Do(method, path string, body []byte, headers ...string) Respon
 	}
 	resp, err := g.Client.Do(req)
 	if err != nil {
-		g.T.Fatalf("apptest: %s %s: %v", method, path, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		g.T.Fatalf("apptest: read body: %v", err)
+		return Response{}, err
 	}
-	return Response{Response: resp, Body: b}
+	return Response{Response: resp, Body: b}, nil
 }
 
 // Admin calls the admin API with the admin key.
@@ -219,11 +228,20 @@ func (g *Gateway) Token(clientID, secret string) string {
 // Pay posts a payment for m with an idempotency key.
 func (g *Gateway) Pay(m Merchant, key string, body any) Response {
 	g.T.Helper()
-	b, ok := body.([]byte)
-	if !ok {
-		b, _ = json.Marshal(body)
+	return g.Do("POST", "/v1/payments", payBody(body), "Authorization", "Bearer "+m.Token, "Idempotency-Key", key)
+}
+
+// TryPay is Pay for a gateway that may die mid-request.
+func (g *Gateway) TryPay(m Merchant, key string, body any) (Response, error) {
+	return g.Try("POST", "/v1/payments", payBody(body), "Authorization", "Bearer "+m.Token, "Idempotency-Key", key)
+}
+
+func payBody(body any) []byte {
+	if b, ok := body.([]byte); ok {
+		return b
 	}
-	return g.Do("POST", "/v1/payments", b, "Authorization", "Bearer "+m.Token, "Idempotency-Key", key)
+	b, _ := json.Marshal(body)
+	return b
 }
 
 // Get calls a merchant GET route.

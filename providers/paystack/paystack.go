@@ -306,8 +306,9 @@ func Sign(secretKey string, body []byte) []byte {
 
 // Paystack allows only alphanumerics, '-', '.' and '=' in a reference, and
 // rejects anything else with "Invalid character in transaction reference".
-// providers.Reference has an underscore ("op_..."), so the adapter encodes
-// references on the wire rather than trusting every caller's charset: '=' is
+// providers.Reference already stays inside that set (so for the gateway's
+// own references this is the identity), but the adapter does not trust
+// every caller's charset and encodes references on the wire: '=' is
 // the escape, and any other byte outside the set (including '=' itself)
 // becomes "=XX" (upper-case hex). The mapping is deterministic (every retry
 // sends the same wire reference, so Paystack still dedupes), injective (two
