@@ -37,13 +37,15 @@ type harness struct {
 	mu       sync.Mutex
 	outcomes []string
 	addr     string
+	client   *http.Client
 }
 
 func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store) *harness {
 	t.Helper()
 	h := &harness{db: db, store: s}
 	h.app = fiber.New(fiber.Config{
-		BodyLimit: 1 << 20,
+		BodyLimit:             1 << 20,
+		DisableStartupMessage: true,
 		ErrorHandler: func(c *fiber.Ctx, err error) error {
 			if p, ok := problem.As(err); ok {
 				return problem.Write(c, p)
@@ -82,7 +84,12 @@ func (h *harness) listen(t *testing.T) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		go func() { _ = h.app.Listener(ln) }()
-		t.Cleanup(func() { _ = h.app.Shutdown() })
+		h.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}, Timeout: 30 * time.Second}
+		t.Cleanup(func() {
+			// Idle keep-alive connections would hold Shutdown up.
+			h.client.CloseIdleConnections()
+			_ = h.app.ShutdownWithTimeout(5 * time.Second)
+		})
 		h.addr = ln.Addr().String()
 	}
 	return h.addr
@@ -196,7 +203,7 @@ func (h *harness) do(t *testing.T, r request) result {
 	if r.wire {
 		req.RequestURI = ""
 		req.URL.Scheme, req.URL.Host = "http", h.listen(t)
-		resp, err = http.DefaultClient.Do(req)
+		resp, err = h.client.Do(req)
 	} else {
 		resp, err = h.app.Test(req, -1)
 	}
