@@ -112,7 +112,7 @@ func Middleware(cfg Config) fiber.Handler {
 		// The hash is computed now, so Fiber's reused buffers are never kept.
 		hash := Fingerprint(c.Method(), c.Path(), c.Body())
 		ctx := c.UserContext()
-		log := slog.With("merchant_id", merchantID, "idempotency_key", key)
+		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
 		claim, rec, err := s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease})
 		if err != nil {

@@ -277,6 +277,29 @@ func TestStore(t *testing.T) {
 	})
 }
 
+// winners runs try on n goroutines released at once and counts the wins.
+func winners(t *testing.T, n int, try func() (bool, error)) int32 {
+	t.Helper()
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			ok, err := try()
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return wins.Load()
+}
+
 // Races need several connections, so they run on PostgreSQL only (SQLite
 // is a single-writer development store).
 func TestStorePostgresRaces(t *testing.T) {
@@ -289,48 +312,20 @@ func TestStorePostgresRaces(t *testing.T) {
 		s, clk := newStore(db)
 		claim(t, s, "m1", "k")
 		clk.Advance(lease + time.Second)
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range 20 {
-			wg.Go(func() {
-				<-start
-				_, ok, err := s.TakeOver(ctx, "m1", "k", lease)
-				if err != nil {
-					t.Error(err)
-				}
-				if ok {
-					wins.Add(1)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		require.EqualValues(t, 1, wins.Load())
+		require.EqualValues(t, 1, winners(t, 20, func() (bool, error) {
+			_, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			return ok, err
+		}))
 	})
 
 	t.Run("ClaimHasOneWinnerOf20", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.Postgres(t)
 		s, _ := newStore(db)
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range 20 {
-			wg.Go(func() {
-				<-start
-				_, rec, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: lease})
-				if err != nil {
-					t.Error(err)
-				}
-				if rec == nil {
-					wins.Add(1)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		require.EqualValues(t, 1, wins.Load())
+		require.EqualValues(t, 1, winners(t, 20, func() (bool, error) {
+			_, rec, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: lease})
+			return rec == nil, err
+		}))
 	})
 
 	t.Run("StaleSkipLockedGivesDisjointSets", func(t *testing.T) {
