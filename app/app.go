@@ -140,8 +140,16 @@ func (a *App) routes() {
 	admin := f.Group("/admin/v1", budget)
 	th.AdminRoutes(admin)
 
+	ph := payments.NewHandler(a.Payments, func(c *fiber.Ctx) (payments.Merchant, bool) {
+		t, ok := tenants.CurrentTenant(c)
+		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider}, ok
+	})
+
 	v1 := f.Group("/v1", budget)
+	// Routes without merchant auth come first: Fiber runs a group's
+	// middleware for every later route under its prefix.
 	th.TokenRoutes(v1)
+	ph.WebhookRoutes(v1)
 	merchant := v1.Group("", th.RequireMerchant())
 	th.MerchantRoutes(merchant)
 
@@ -149,10 +157,6 @@ func (a *App) routes() {
 		Store: a.Keys,
 		Lease: a.cfg.Payments.Lease,
 		Scope: tenants.MerchantID,
-	})
-	ph := payments.NewHandler(a.Payments, func(c *fiber.Ctx) (payments.Merchant, bool) {
-		t, ok := tenants.CurrentTenant(c)
-		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider}, ok
 	})
 	ph.Routes(merchant, idem)
 }

@@ -1,0 +1,192 @@
+package payments_test
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/flutterwave/flutterwavetest"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
+	"github.com/oncepay/gateway/providers/stripe/stripetest"
+)
+
+// fake is what these tests need of each provider's fake server.
+type fake struct {
+	name     string
+	env      string // base URL variable
+	secrets  map[string]string
+	currency string
+	success  string
+	decline  string
+	pending  string
+	start    func(t *testing.T) (url string, charges func(string) int, settle func(string, providers.Outcome) error, webhook func(string) (http.Header, []byte, error))
+}
+
+func fakes() []fake {
+	return []fake{
+		{
+			name: "paystack", env: "PAYSTACK_BASE_URL", currency: "NGN",
+			secrets: map[string]string{"secret_key": paystacktest.SecretKey},
+			success: paystacktest.TokenSuccess, decline: paystacktest.TokenDecline, pending: paystacktest.TokenPending,
+			start: func(t *testing.T) (string, func(string) int, func(string, providers.Outcome) error, func(string) (http.Header, []byte, error)) {
+				s := paystacktest.New(t)
+				return s.URL, s.Charges, s.Settle, s.Webhook
+			},
+		},
+		{
+			name: "flutterwave", env: "FLUTTERWAVE_BASE_URL", currency: "NGN",
+			secrets: map[string]string{"secret_key": flutterwavetest.SecretKey, "secret_hash": flutterwavetest.SecretHash},
+			success: flutterwavetest.TokenSuccess, decline: flutterwavetest.TokenDecline, pending: flutterwavetest.TokenPending,
+			start: func(t *testing.T) (string, func(string) int, func(string, providers.Outcome) error, func(string) (http.Header, []byte, error)) {
+				s := flutterwavetest.New(t)
+				return s.URL, s.Charges, s.Settle, s.Webhook
+			},
+		},
+		{
+			name: "stripe", env: "STRIPE_BASE_URL", currency: "USD",
+			secrets: map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret},
+			success: stripetest.TokenSuccess, decline: stripetest.TokenDecline, pending: stripetest.TokenPending,
+			start: func(t *testing.T) (string, func(string) int, func(string, providers.Outcome) error, func(string) (http.Header, []byte, error)) {
+				s := stripetest.New(t)
+				return s.URL, s.Charges, s.Settle, func(ref string) (http.Header, []byte, error) { return s.Webhook(ref, time.Now()) }
+			},
+		},
+	}
+}
+
+func providerBody(f fake, method string) map[string]any {
+	b := body(method)
+	b["currency"] = f.currency
+	return b
+}
+
+// TestRealProviders runs payments through the API against each provider's
+// fake (which speaks that provider's wire format), as a merchant onboarded
+// with that provider as default would.
+func TestRealProviders(t *testing.T) {
+	t.Parallel()
+	for _, f := range fakes() {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			url, charges, settle, webhook := f.start(t)
+			g := apptest.Start(t, apptest.Env(f.env, url))
+			m := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: f.secrets}})
+			ref := func(key string) string { return providers.Reference(m.ID, key) }
+
+			t.Run("SucceedsAndReplaysWithOneCharge", func(t *testing.T) {
+				first := g.Pay(m, "ok-1", providerBody(f, f.success))
+				require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+				require.Equal(t, f.name, first.JSON(t)["provider"])
+				requireReplay(t, first, g.Pay(m, "ok-1", providerBody(f, f.success)))
+				require.Equal(t, 1, charges(ref("ok-1")))
+			})
+
+			t.Run("DeclineIs402", func(t *testing.T) {
+				r := g.Pay(m, "no-1", providerBody(f, f.decline))
+				require.Equal(t, http.StatusPaymentRequired, r.StatusCode, string(r.Body))
+				require.Equal(t, "card_declined", r.Code(t))
+			})
+
+			t.Run("WebhookSettlesAProcessingPayment", func(t *testing.T) {
+				first := g.Pay(m, "wh-1", providerBody(f, f.pending))
+				require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+				id := first.JSON(t)["id"].(string)
+				require.NoError(t, settle(ref("wh-1"), providers.OutcomeSucceeded))
+				h, b, err := webhook(ref("wh-1"))
+				require.NoError(t, err)
+				hook := "/v1/webhooks/" + f.name + "/" + m.ID
+
+				// A tampered body does not verify and changes nothing.
+				tampered := bytes.Replace(b, []byte(`"`), []byte(`'`), 1)
+				bad := g.Do("POST", hook, tampered, headerPairs(h)...)
+				require.Equal(t, http.StatusUnauthorized, bad.StatusCode, string(bad.Body))
+				require.Equal(t, "invalid_signature", bad.Code(t))
+				require.Equal(t, "processing", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
+
+				ok := g.Do("POST", hook, b, headerPairs(h)...)
+				require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+				require.Equal(t, "resolved", ok.JSON(t)["status"])
+				require.Equal(t, "succeeded", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
+
+				// The same event again is harmless.
+				again := g.Do("POST", hook, b, headerPairs(h)...)
+				require.Equal(t, http.StatusOK, again.StatusCode)
+				require.Equal(t, "final", again.JSON(t)["status"])
+
+				// The app's retry replays the webhook's settlement.
+				retry := g.Pay(m, "wh-1", providerBody(f, f.pending))
+				require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+				require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+				require.Equal(t, 1, charges(ref("wh-1")))
+			})
+
+			t.Run("WrongSecretIs401", func(t *testing.T) {
+				other := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: wrongSecrets(f.secrets)}})
+				first := g.Pay(m, "wh-2", providerBody(f, f.pending))
+				require.Equal(t, http.StatusAccepted, first.StatusCode)
+				h, b, err := webhook(ref("wh-2"))
+				require.NoError(t, err)
+				// Signed with m's secret, delivered to a tenant with other secrets.
+				r := g.Do("POST", "/v1/webhooks/"+f.name+"/"+other.ID, b, headerPairs(h)...)
+				require.Equal(t, http.StatusUnauthorized, r.StatusCode, string(r.Body))
+			})
+
+			t.Run("OtherTenantsReferenceIsIgnored", func(t *testing.T) {
+				// Another merchant on the same provider account: its event
+				// verifies at m's endpoint but names no payment of m's.
+				other := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: f.secrets}})
+				r := g.Pay(other, "theirs", providerBody(f, f.pending))
+				require.Equal(t, http.StatusAccepted, r.StatusCode)
+				theirs := providers.Reference(other.ID, "theirs")
+				require.NoError(t, settle(theirs, providers.OutcomeSucceeded))
+				h, b, err := webhook(theirs)
+				require.NoError(t, err)
+				ack := g.Do("POST", "/v1/webhooks/"+f.name+"/"+m.ID, b, headerPairs(h)...)
+				require.Equal(t, http.StatusOK, ack.StatusCode, string(ack.Body))
+				require.Equal(t, "ignored", ack.JSON(t)["status"])
+				id := r.JSON(t)["id"].(string)
+				require.Equal(t, "processing", g.Get(other, "/v1/payments/"+id).JSON(t)["status"])
+			})
+		})
+	}
+}
+
+func wrongSecrets(s map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range s {
+		out[k] = v + "-wrong"
+	}
+	return out
+}
+
+func headerPairs(h http.Header) []string {
+	var out []string
+	for k := range h {
+		out = append(out, k, h.Get(k))
+	}
+	return out
+}
+
+func TestStripeStaleWebhookIs401(t *testing.T) {
+	t.Parallel()
+	s := stripetest.New(t)
+	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", s.URL))
+	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
+		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+	b := body(stripetest.TokenPending)
+	b["currency"] = "USD"
+	first := g.Pay(m, "stale", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ref := providers.Reference(m.ID, "stale")
+	require.NoError(t, s.Settle(ref, providers.OutcomeSucceeded))
+	h, raw, err := s.Webhook(ref, time.Now().Add(-10*time.Minute))
+	require.NoError(t, err)
+	r := g.Do("POST", "/v1/webhooks/stripe/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusUnauthorized, r.StatusCode, string(r.Body))
+	require.Equal(t, "processing", g.Get(m, "/v1/payments/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
+}

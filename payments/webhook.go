@@ -1,0 +1,116 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/providers"
+)
+
+// WebhookResult says what a verified webhook did.
+type WebhookResult struct {
+	// Status: ignored (no payment with that reference), final (already
+	// settled: duplicates and late events are harmless), deferred (the
+	// request that owns the key is still running and will settle it), or a
+	// Settlement (resolved, released, pending, review).
+	Status    string `json:"status" example:"resolved"`
+	PaymentID string `json:"payment_id,omitempty" example:"pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"`
+}
+
+// HandleWebhook authenticates a provider's webhook for a tenant by its
+// signature under that tenant's provider secret, and settles the payment it
+// is about exactly as the sweeper would: the event is only a hint, the
+// outcome comes from a Lookup.
+func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, header http.Header, body []byte) (WebhookResult, error) {
+	prov, err := s.accounts.Provider(ctx, tenantID, provider)
+	if errors.Is(err, providers.ErrUnknownProvider) {
+		return WebhookResult{}, problem.New(fiber.StatusNotFound, "not_found", "no such webhook endpoint")
+	}
+	if err != nil {
+		return WebhookResult{}, err
+	}
+	ev, err := prov.VerifyWebhook(header, body)
+	switch {
+	case errors.Is(err, providers.ErrBadSignature):
+		s.cfg.Log.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
+		return WebhookResult{}, problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")
+	case err != nil:
+		return WebhookResult{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "is not a webhook event this provider sends"})
+	}
+	if ev.Reference == "" {
+		return WebhookResult{Status: "ignored"}, nil
+	}
+	p, err := s.store.GetByReference(ctx, tenantID, ev.Reference)
+	if errors.Is(err, ErrNotFound) {
+		s.cfg.Log.InfoContext(ctx, "webhook for an unknown reference ignored",
+			"merchant_id", tenantID, "provider", provider, "event", ev.Type)
+		return WebhookResult{Status: "ignored"}, nil
+	}
+	if err != nil {
+		return WebhookResult{}, err
+	}
+	if p.Provider != provider {
+		return WebhookResult{Status: "ignored"}, nil
+	}
+	if final(p.Status) {
+		return WebhookResult{Status: "final", PaymentID: p.ID}, nil
+	}
+	claim, ok, err := s.keys.TakeOver(ctx, tenantID, p.IdempotencyKey, s.cfg.Lease)
+	if err != nil {
+		return WebhookResult{}, err
+	}
+	if !ok {
+		return WebhookResult{Status: "deferred", PaymentID: p.ID}, nil
+	}
+	st, err := s.Settle(ctx, claim)
+	if err != nil {
+		// The provider could not tell us now; it will retry the webhook,
+		// and the sweeper is there regardless.
+		s.cfg.Log.WarnContext(ctx, "webhook settle failed", "payment_id", p.ID, "err", err)
+		return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+			"could not confirm the event with the provider; retry later").WithRetryAfter(30)
+	}
+	return WebhookResult{Status: string(st), PaymentID: p.ID}, nil
+}
+
+// WebhookRoutes mounts the provider webhooks on r (the /v1 group, without
+// merchant authentication: the signature is the authentication).
+func (h *Handler) WebhookRoutes(r fiber.Router) {
+	r.Post("/webhooks/:provider/:tenant_id", h.webhook)
+}
+
+// webhook godoc
+// @Summary      Receive a provider webhook
+// @Description  Providers call this with the tenant's id in the path. The signature (x-paystack-signature,
+// @Description  verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
+// @Description  authentication. A verified event for a payment still processing is re-checked with the provider
+// @Description  (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
+// @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// @Tags         webhooks
+// @Accept       json
+// @Produce      json
+// @Param        provider  path string true "paystack, flutterwave or stripe"
+// @Param        tenant_id path string true "The merchant's tenant id"
+// @Success      200 {object} WebhookResult
+// @Failure      400 {object} problem.Problem "invalid_request (unreadable event)"
+// @Failure      401 {object} problem.Problem "invalid_signature"
+// @Failure      404 {object} problem.Problem "not_found (no such tenant or provider account)"
+// @Failure      503 {object} problem.Problem "provider_unavailable (retry later)"
+// @Router       /v1/webhooks/{provider}/{tenant_id} [post]
+func (h *Handler) webhook(c *fiber.Ctx) error {
+	header := http.Header{}
+	for k, vs := range c.GetReqHeaders() {
+		for _, v := range vs {
+			header.Add(k, v)
+		}
+	}
+	res, err := h.svc.HandleWebhook(c.UserContext(), c.Params("provider"), c.Params("tenant_id"), header, c.Body())
+	if err != nil {
+		return err
+	}
+	return c.JSON(res)
+}
