@@ -1,0 +1,100 @@
+// Package scheduler runs the gateway's background jobs in-process on a
+// gocron v2 scheduler (in UTC): the sweeper, which settles keys whose
+// request never finished them, and the purge, which deletes old done keys.
+//
+// Both jobs are singletons per process (gocron's WithSingletonMode with
+// LimitModeReschedule: a tick that finds the previous run still going is
+// skipped). Across processes nothing is elected: every step below is safe
+// when any number of gateway instances run it at once on one database,
+// because each state change is one conditional statement.
+//
+// # Lifecycle
+//
+// app.App builds the Scheduler, starts it when Serve starts and stops it
+// when Serve shuts down, before the database closes. Stop marks the
+// scheduler stopping (no run starts after that), then shuts gocron down,
+// which cancels the context passed to a running job; the run stops between
+// keys, or inside a provider call or database statement through the
+// context, and Stop waits for it to return (up to StopTimeout).
+//
+// # The sweep
+//
+// Every SWEEP_INTERVAL a run takes the keys that are in_progress, created
+// more than SWEEP_STALE_AFTER ago, and whose lease lapsed, in batches of
+// SWEEP_BATCH, until a batch comes back short or the context ends. For each
+// key, one at a time:
+//
+//	step                 statement                                 on loss
+//	select candidates    Stale: SELECT … FOR UPDATE SKIP LOCKED,   (rows locked by
+//	                     in a short transaction, committed before   another sweeper
+//	                     any provider call                          are skipped)
+//	own the key          TakeOver: UPDATE … SET lock_token, lease   counted Lost,
+//	                     WHERE status='in_progress' AND lease       left alone
+//	                     lapsed; RowsAffected == 1 wins
+//	settle               payments.Service.Settle(claim): Lookup at
+//	                     the provider (never Charge), then one of:
+//
+//	Lookup says          payment                      key                          counted
+//	succeeded / failed   succeeded / failed           done, with the answer the    Resolved
+//	                                                  handler would have sent
+//	                                                  (same tx as the payment)
+//	not_found            failed, not_processed        released (no row): the app's Released
+//	                                                  retry charges afresh
+//	pending / error      processing                   in_progress, lease ended     Pending
+//	… past REVIEW_AFTER  requires_review              in_progress, lease ended     Review
+//	(already final)      unchanged                    done, from the ledger        Skipped
+//
+// The key's state machine as the sweeper sees it:
+//
+//	in_progress (lease lapsed, stale)
+//	  ── TakeOver won ──▶ in_progress (sweeper's token, lease IDEMPOTENCY_LEASE)
+//	        ── Settle: final ──────▶ done (terminal; the purge deletes it after KEY_TTL)
+//	        ── Settle: not_found ──▶ (no row)
+//	        ── Settle: unknown ────▶ in_progress, lease ended: a later run or a retry
+//	        ── cancelled / crash ──▶ in_progress until the sweeper's lease lapses
+//	  ── TakeOver lost ──▶ (someone else's; not touched)
+//
+// Why each key is worked by exactly one instance per run: SKIP LOCKED only
+// keeps concurrent selections apart while their transactions are open, and
+// the locks end at the commit, before the provider is called; two instances
+// can therefore still select the same key a moment apart. TakeOver decides:
+// it is conditional on the lease having lapsed and installs a new lease, so
+// of any number of contenders exactly one gets RowsAffected == 1, and the
+// winner's lease (which exceeds the provider timeout) keeps everyone else
+// out while it works. Every later write of the winner is fenced by its lock
+// token, and the payment's own transitions are conditional on its status,
+// so even a winner that stalled past its lease cannot finish a key twice.
+//
+// A run considers only keys whose lease lapsed before the run began (the
+// store's clock is frozen at the start for the selection). A key the run
+// leaves pending has its lease ended "now", which is after the start, so it
+// is not selected again in the same run, and a batch of pending keys cannot
+// hide the keys behind it.
+//
+// Cancellation leaves no half-finished key: a key is either untouched, or
+// taken over and still in_progress (payment processing or requires_review),
+// or finished in one transaction (payment final and key done), or released
+// after its payment was marked not_processed.
+//
+// # SQLite
+//
+// With no DATABASE_URL the gateway runs on SQLite, a single-writer store
+// meant for one instance. There is no SKIP LOCKED (Stale leaves the clause
+// out) and no row locks; TakeOver's conditional UPDATE still guarantees a
+// single owner per key, so a second instance on the same file would be safe,
+// only slower.
+//
+// # The purge
+//
+// On PURGE_SCHEDULE (a 5-field cron line, UTC; nightly at 03:00 by default)
+// the purge deletes done keys completed more than KEY_TTL ago, PURGE_BATCH
+// rows per statement, until a statement deletes fewer. It never deletes a
+// key in progress and never a payment: payments are the ledger. A retry of a
+// purged key is a fresh claim that finds the payment final and answers it
+// again without charging.
+//
+// # Observing
+//
+// Each run writes one log line with its counts (Counts) and passes them to
+// Config.Observe, where metrics plug in.
+package scheduler

@@ -1,0 +1,130 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/payments"
+)
+
+// Sweeper resolves keys left in progress by a request that never finished
+// them (a crash, a provider timeout nobody retried). See the package
+// documentation for the protocol.
+type Sweeper struct {
+	cfg Config
+	// mu keeps runs of one Sweeper from overlapping when RunOnce is called
+	// by hand while the scheduled run is going; gocron's singleton mode
+	// already keeps scheduled runs apart.
+	mu sync.Mutex
+}
+
+// NewSweeper returns a sweeper; only DB, Keys, Settler and the sweep
+// settings of cfg are used.
+func NewSweeper(cfg Config) *Sweeper {
+	cfg.defaults()
+	return &Sweeper{cfg: cfg}
+}
+
+type keyID struct{ merchant, key string }
+
+// RunOnce sweeps until a batch of candidates comes back short, or ctx ends.
+//
+// Candidates are in-progress keys created before now - StaleAfter whose
+// lease lapsed before the run began: a key the run leaves pending gets its
+// lease ended now, so it is not picked again until the next run, and a batch
+// of pending keys cannot starve the ones behind it. The error is ctx's when
+// the run was cut short, or the database's when candidates could not be
+// selected; per-key errors are logged and counted, not returned.
+func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := s.cfg.Now().UTC()
+	defer func() { report(ctx, &s.cfg, JobSweep, c, time.Since(start), err) }()
+
+	// Stale compares leases with its store's clock: freeze it at the start
+	// of the run.
+	stale := s.cfg.Keys.WithClock(func() time.Time { return start })
+	params := idempotency.StaleParams{OlderThan: start.Add(-s.cfg.StaleAfter), Limit: s.cfg.SweepBatch}
+	seen := make(map[keyID]struct{})
+	for {
+		if err := ctx.Err(); err != nil {
+			return c, err
+		}
+		batch, err := s.candidates(ctx, stale, params)
+		if err != nil {
+			return c, err
+		}
+		fresh := 0
+		for _, rec := range batch {
+			if err := ctx.Err(); err != nil {
+				return c, err
+			}
+			id := keyID{rec.MerchantID, rec.Key}
+			if _, dup := seen[id]; dup {
+				continue // a take-over that failed; do not spin on it
+			}
+			seen[id] = struct{}{}
+			fresh++
+			s.work(ctx, rec, &c)
+		}
+		if len(batch) < s.cfg.SweepBatch || fresh == 0 {
+			return c, nil
+		}
+	}
+}
+
+// candidates selects one batch in a short transaction. On PostgreSQL the
+// rows are locked FOR UPDATE SKIP LOCKED while it is open, so concurrent
+// sweepers select disjoint batches; the locks go with the commit, before
+// any provider call. Ownership is then decided per key by TakeOver.
+func (s *Sweeper) candidates(ctx context.Context, stale *idempotency.Store, p idempotency.StaleParams) ([]idempotency.Record, error) {
+	var recs []idempotency.Record
+	err := s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		recs, err = stale.Stale(ctx, tx, p)
+		return err
+	})
+	return recs, err
+}
+
+// work owns one candidate and settles it.
+func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
+	log := s.cfg.Log.With("merchant_id", rec.MerchantID, "payment_id", rec.ResourceID)
+	claim, ok, err := s.cfg.Keys.TakeOver(ctx, rec.MerchantID, rec.Key, s.cfg.Lease)
+	if err != nil {
+		c.Errors++
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "sweep: take over failed", "err", err)
+		}
+		return
+	}
+	if !ok {
+		// Another instance (or a retry) took it, or it was finished or
+		// released since the selection: not ours.
+		c.Lost++
+		return
+	}
+	res, err := s.cfg.Settler.Settle(ctx, claim)
+	switch res {
+	case payments.Resolved:
+		c.Resolved++
+	case payments.Released:
+		c.Released++
+	case payments.Pending:
+		c.Pending++
+	case payments.Review:
+		c.Review++
+	case payments.Skipped:
+		c.Skipped++
+	}
+	if err != nil {
+		c.Errors++
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "sweep: settle", "settlement", string(res), "err", err)
+		}
+	}
+}
