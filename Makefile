@@ -26,13 +26,20 @@ $(SWAG):
 
 tools: $(SWAG)
 
+# docs/ is generated from the swag annotations (main.go and the handlers)
+# and committed. The swag version is pinned: another version writes other
+# bytes, which would make docs-check flap between machines.
 docs: $(SWAG)
-	$(SWAG) init --quiet -g main.go -o docs --parseDependency=false --parseInternal --outputTypes go,json,yaml
+	@$(GO) version -m $(SWAG) | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/swaggo/swag[[:space:]]+$(SWAG_VERSION)[[:space:]]' || \
+		{ echo "docs: $(SWAG) is not swag $(SWAG_VERSION); run: $(GO) install github.com/swaggo/swag/cmd/swag@$(SWAG_VERSION)"; exit 1; }
+	$(SWAG) init --quiet --generalInfo main.go --output docs --parseInternal --requiredByDefault --outputTypes go,json,yaml
 	gofmt -w docs
 
-# Fails when the committed docs/ differ from what `make docs` generates.
+# Fails when the committed docs/ differ from what `make docs` generates
+# (changed, deleted or new untracked files under docs/).
 docs-check: docs
-	git diff --exit-code -- docs
+	@git diff --exit-code --stat -- docs && test -z "$$(git status --porcelain --untracked-files=all -- docs)" || \
+		{ echo "docs-check: docs/ is not what 'make docs' generates; run 'make docs' and commit docs/"; git status --short -- docs; exit 1; }
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -6,6 +6,47 @@
 // Every setting comes from the environment; see config/ and the README.
 package main
 
+// Swagger general API info (swaggo/swag). `make docs` generates docs/ from
+// these lines and the annotations on the handlers; never edit docs/ by hand.
+//
+//	@title						OncePay Gateway API
+//	@version					1.0
+//	@description				Multi-tenant payments gateway. Merchants' apps charge their customers through a payment provider; a retried payment is charged at most once and every accepted payment reaches a known final state.
+//	@description
+//	@description				**Idempotency.** Every mutating merchant route (POST /v1/payments) requires an `Idempotency-Key` header: one key per logical payment, 1 to 255 printable ASCII characters, scoped to the merchant. Retry with the same key and the byte-identical body until you get a final answer: a finished request is replayed byte for byte with `Idempotent-Replayed: true`; a retry while the first request still runs is 409 `idempotency_key_in_use` with `Retry-After`; the same key with another body is 422 `idempotency_key_mismatch`; 202 means the outcome is not known yet (retry with the same key, or poll `Location`).
+//	@description
+//	@description				**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.
+//	@description
+//	@description				**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at POST /v1/auth/token (HTTP Basic, client-credentials grant) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).
+//	@contact.name				OncePay
+//	@BasePath					/
+//	@schemes					http https
+//
+//	@securityDefinitions.apikey	BearerAuth
+//	@in							header
+//	@name						Authorization
+//	@description				Merchant access token from POST /v1/auth/token, sent as "Bearer <token>".
+//
+//	@securityDefinitions.apikey	AdminKey
+//	@in							header
+//	@name						Authorization
+//	@description				The gateway's ADMIN_API_KEY, sent as "Bearer <key>".
+//
+//	@securityDefinitions.basic	ClientBasic
+//
+//	@tag.name					payments
+//	@tag.description			Create, get and list a merchant's payments. Creating is idempotent per Idempotency-Key.
+//	@tag.name					auth
+//	@tag.description			Client-credentials grant: client_id and client_secret for a short-lived access token.
+//	@tag.name					merchant
+//	@tag.description			The authenticated merchant.
+//	@tag.name					admin
+//	@tag.description			Onboarding and managing tenants (ADMIN_API_KEY).
+//	@tag.name					webhooks
+//	@tag.description			Provider callbacks, authenticated by the provider's signature.
+//	@tag.name					health
+//	@tag.description			Liveness and readiness probes.
+
 import (
 	"context"
 	"fmt"

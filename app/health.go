@@ -34,6 +34,7 @@ func (h health) healthz(c *fiber.Ctx) error {
 // @Description  The gateway can serve traffic: its database answers.
 // @Tags         health
 // @Produce      json
+// @Produce      application/problem+json
 // @Success      200 {object} HealthStatus
 // @Failure      503 {object} problem.Problem "database unreachable (code unavailable)"
 // @Router       /readyz [get]

@@ -44,33 +44,39 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 
 // create godoc
 // @Summary      Create a payment
-// @Description  Charges the customer once per Idempotency-Key. Retries with the same key and body are safe:
-// @Description  a finished payment's answer is replayed byte for byte with `Idempotent-Replayed: true`; a retry while
-// @Description  the first request is still running gets 409 with `Retry-After`; the same key with another body is 422.
-// @Description  A body that fails validation (400) and a provider that certainly did not charge (503) release the key,
-// @Description  so the app may retry with the same key. 201 is a success, 402 a decline (both final and replayable);
-// @Description  202 means the provider's answer is not known yet: the payment is `processing`, retry with the same key
-// @Description  (or poll `Location`) — the gateway settles it with the provider and never charges twice.
+// @Description  Charges the customer at most once per `Idempotency-Key` (one key per logical payment, scoped to the merchant).
+// @Description  Retry with the same key and the byte-identical body until the answer is final (201, 402, 400, 422):
+// @Description  a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
+// @Description  a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
+// @Description  the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
+// @Description  A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
+// @Description  (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// @Description  202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
+// @Description  (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
+// @Description  A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
+// @Description  is 400 `idempotency_key_invalid`. A finished answer is kept for KEY_TTL (72h by default).
 // @Tags         payments
 // @Accept       json
 // @Produce      json
+// @Produce      application/problem+json
 // @Security     BearerAuth
-// @Param        Idempotency-Key header string true "One key per logical payment, 1 to 255 printable ASCII characters" maxLength(255)
+// @Param        Idempotency-Key header string true "One key per logical payment (e.g. a UUID), 1 to 255 printable ASCII characters" minLength(1) maxLength(255) example(8e03978e-40d5-43e8-bc93-6894a57f9324)
 // @Param        request body CreateRequest true "The payment"
-// @Success      201 {object} View "succeeded"
-// @Header       201 {string} Location "/v1/payments/{id}"
-// @Header       201 {string} Idempotent-Replayed "true on a replay"
-// @Success      202 {object} View "processing: outcome unknown yet; retry with the same key"
-// @Header       202 {string} Retry-After "seconds"
-// @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid"
+// @Success      201 {object} View "succeeded (final; replayed on retries)"
+// @Success      202 {object} View "processing: the outcome is not known yet; retry with the same key or poll Location"
+// @Failure      400 {object} problem.Problem "invalid_request (with errors[]; key released), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
-// @Failure      402 {object} DeclinedProblem "card_declined (final, replayable)"
+// @Failure      402 {object} DeclinedProblem "card_declined: the provider declined (final; replayed on retries)"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use (Retry-After)"
-// @Failure      413 {object} problem.Problem "body_too_large"
-// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
-// @Failure      503 {object} problem.Problem "provider_unavailable (Retry-After; nothing was charged)"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "provider_unavailable: nothing was charged, the key was released; retry with the same key after Retry-After"
+// @Header       201,202,402 {string} Location "/v1/payments/{id}"
+// @Header       201,402 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       202,409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @Router       /v1/payments [post]
 func (h *Handler) create(c *fiber.Ctx) error {
 	m, err := h.caller(c)
@@ -102,12 +108,14 @@ type DeclinedProblem struct {
 // @Description  One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.
 // @Tags         payments
 // @Produce      json
+// @Produce      application/problem+json
 // @Security     BearerAuth
 // @Param        id path string true "Payment id" example(pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
 // @Success      200 {object} View
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Router       /v1/payments/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
 	m, err := h.caller(c)
@@ -136,6 +144,7 @@ type Page struct {
 // @Description  The caller's payments, newest first, in pages. Pass `next_cursor` back as `cursor` for the next page.
 // @Tags         payments
 // @Produce      json
+// @Produce      application/problem+json
 // @Security     BearerAuth
 // @Param        status query string false "Only payments in this status" Enums(processing, succeeded, failed, requires_review)
 // @Param        limit  query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
@@ -144,6 +153,7 @@ type Page struct {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Router       /v1/payments [get]
 func (h *Handler) list(c *fiber.Ctx) error {
 	m, err := h.caller(c)

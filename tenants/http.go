@@ -183,15 +183,17 @@ func tenantResponse(t Tenant) TenantResponse {
 // createTenant onboards a tenant.
 //
 //	@Summary		Onboard a tenant
-//	@Description	Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets).
+//	@Description	Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
 //	@Tags			admin
 //	@Accept			json
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			body	body		CreateTenantRequest	true	"The tenant"
 //	@Success		201		{object}	CreatedTenantResponse
 //	@Header			201		{string}	Location	"/admin/v1/tenants/{id}"
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
+//	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
 //	@Router			/admin/v1/tenants [post]
@@ -219,6 +221,7 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@Description	Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
 //	@Tags			admin
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			limit	query		int		false	"Page size"	minimum(1)	maximum(100)	default(20)
 //	@Param			cursor	query		string	false	"next_cursor of the previous page"
 //	@Success		200		{object}	TenantListResponse
@@ -256,6 +259,7 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Description	The tenant, with the names of its configured providers (never their secrets).
 //	@Tags			admin
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		200	{object}	TenantResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
@@ -278,12 +282,14 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Tags			admin
 //	@Accept			json
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			id		path		string				true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Param			body	body		UpdateTenantRequest	true	"The changes"
 //	@Success		200		{object}	TenantResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		404		{object}	problem.Problem	"tenant_not_found"
+//	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
 //	@Router			/admin/v1/tenants/{id} [patch]
@@ -304,9 +310,10 @@ func (h *Handler) updateTenant(c *fiber.Ctx) error {
 // rotateCredentials replaces a tenant's client credentials.
 //
 //	@Summary		Rotate client credentials
-//	@Description	Issues a new client_id and client_secret (shown once) and revokes the old ones at once: the old secret no longer gets tokens and tokens issued for it stop working.
+//	@Description	Issues a new client_id and client_secret (shown once) and revokes the old ones at once: the old secret no longer gets tokens and tokens issued for it stop working. Not idempotent: every call issues a new pair.
 //	@Tags			admin
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		201	{object}	CredentialsResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
@@ -339,10 +346,11 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 // issueToken is the OAuth 2.0 client-credentials grant.
 //
 //	@Summary		Get an access token
-//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer).
+//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer); fetch a new one before expires_in runs out or on a 401. Safe to retry: each call simply issues a new token.
 //	@Tags			auth
 //	@Accept			x-www-form-urlencoded
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Param			Authorization	header		string	true	"Basic base64(client_id:client_secret)"
 //	@Param			grant_type		formData	string	true	"Grant type"	Enums(client_credentials)
 //	@Success		200				{object}	TokenResponse
@@ -501,6 +509,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Description	The tenant the access token belongs to, with the names of its configured providers.
 //	@Tags			merchant
 //	@Produce		json
+//	@Produce		application/problem+json
 //	@Success		200	{object}	TenantResponse
 //	@Failure		401	{object}	problem.Problem	"invalid_token"
 //	@Failure		403	{object}	problem.Problem	"tenant_suspended"
