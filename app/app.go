@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/swagger"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/config"
+	_ "github.com/oncepay/gateway/docs" // registers the generated spec for the Swagger UI
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
@@ -131,6 +133,15 @@ func (a *App) routes() {
 	h := health{db: a.db}
 	f.Get("/healthz", h.healthz)
 	f.Get("/readyz", h.readyz)
+
+	// Swagger UI at /swagger/ (index.html) and the raw spec at
+	// /swagger/doc.json. The spec URL is fixed, and X-Forwarded-Prefix is
+	// dropped: the middleware would otherwise take its prefix, once and for
+	// everyone, from whatever the first request claimed.
+	f.Get("/swagger/*", func(c *fiber.Ctx) error {
+		c.Request().Header.Del("X-Forwarded-Prefix")
+		return c.Next()
+	}, swagger.New(swagger.Config{URL: "/swagger/doc.json", Title: "OncePay Gateway API"}))
 
 	th := tenants.NewHandler(a.Tenants)
 	// Provider calls are bounded by PROVIDER_TIMEOUT; the request budget
