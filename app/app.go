@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/gateway/providers/paystack"
 	"github.com/oncepay/gateway/providers/simulator"
 	"github.com/oncepay/gateway/providers/stripe"
+	"github.com/oncepay/gateway/scheduler"
 	"github.com/oncepay/gateway/tenants"
 )
 
@@ -47,6 +48,9 @@ type App struct {
 	Payments *payments.Service
 	Keys     *idempotency.Store
 	Sim      *simulator.Simulator
+	// Scheduler runs the sweeper and the purge; Serve starts and stops it.
+	// Tests trigger a sweep with Scheduler.Sweeper().RunOnce(ctx).
+	Scheduler *scheduler.Scheduler
 }
 
 // New opens the database, applies migrations and builds the HTTP app.
@@ -90,6 +94,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Audience:       tokenAudience,
 		TokenTTL:       cfg.Auth.TokenTTL,
 		StatusCacheTTL: time.Second,
+		Logger:         log,
 	})
 	if err != nil {
 		return nil, err
@@ -100,6 +105,23 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Lease:       cfg.Payments.Lease,
 		Log:         log,
 	})
+	a.Scheduler, err = scheduler.New(scheduler.Config{
+		DB:            db,
+		Keys:          a.Keys,
+		Settler:       a.Payments,
+		Log:           log,
+		SweepInterval: cfg.Schedule.SweepInterval,
+		StaleAfter:    cfg.Schedule.SweepStaleAfter,
+		SweepBatch:    cfg.Schedule.SweepBatch,
+		Lease:         cfg.Payments.Lease,
+		PurgeSchedule: cfg.Schedule.PurgeSchedule,
+		PurgeBatch:    cfg.Schedule.PurgeBatch,
+		KeyTTL:        cfg.Schedule.KeyTTL,
+		StopTimeout:   cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
 
 	a.fiber = fiber.New(fiber.Config{
 		AppName:               "oncepay-gateway",
@@ -184,12 +206,16 @@ func (a *App) DB() *gorm.DB { return a.db }
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- a.fiber.Listener(ln) }()
+	a.Scheduler.Start()
 	select {
 	case err := <-errc:
 		_ = a.Close()
 		return err
 	case <-ctx.Done():
 	}
+	// Stop the jobs first: a running sweep is cancelled and leaves its
+	// unfinished keys in progress for the next instance to pick up.
+	_ = a.Scheduler.Stop()
 	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
 	err := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
 	if cerr := a.Close(); err == nil {
@@ -199,5 +225,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close releases the database.
-func (a *App) Close() error { return database.Close(a.db) }
+// Close stops the scheduler (if Serve did not already) and releases the
+// database.
+func (a *App) Close() error {
+	if a.Scheduler != nil {
+		_ = a.Scheduler.Stop()
+	}
+	return database.Close(a.db)
+}

@@ -105,7 +105,16 @@ func Start(t testing.TB, opts ...Option) *Gateway {
 	})
 	return &Gateway{
 		T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: env["DATABASE_URL"],
-		Client: &http.Client{Timeout: 30 * time.Second}, Logs: logs,
+		Client: NewClient(), Logs: logs,
+	}
+}
+
+// NewClient is an HTTP client that keeps enough idle connections for
+// concurrent tests and benchmarks (the default keeps two per host).
+func NewClient() *http.Client {
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
 	}
 }
 

@@ -86,7 +86,7 @@ func StartProcess(t testing.TB, bin string, env map[string]string) *Process {
 	}
 	p := &Process{Bin: bin, Env: env, Addr: addr}
 	p.Gateway = &Gateway{T: t, URL: "http://" + addr, DBURL: env["DATABASE_URL"],
-		Client: &http.Client{Timeout: 30 * time.Second}}
+		Client: NewClient()}
 	p.start()
 	t.Cleanup(p.Kill)
 	return p

@@ -53,7 +53,10 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 		NowFunc:                func() time.Time { return time.Now().UTC() },
 	}
 	if IsPostgresURL(url) {
-		cfg.PrepareStmt = true
+		// No GORM PrepareStmt: pgx already caches a prepared statement per
+		// connection for every query (QueryExecModeCacheStatement), while
+		// GORM's prepared statements are re-prepared and closed inside
+		// every transaction — two extra round trips per statement.
 		db, err := gorm.Open(postgres.Open(url), cfg)
 		if err != nil {
 			return nil, fmt.Errorf("database: open postgres: %w", err)
