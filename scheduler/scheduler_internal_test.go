@@ -1,0 +1,38 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/payments"
+)
+
+type noSettler struct{}
+
+func (noSettler) Settle(context.Context, idempotency.Claim) (payments.Settlement, error) {
+	panic("no settle expected")
+}
+
+// TestNoRunAfterStop: once Stop has begun, a tick that gocron already
+// dispatched does not start the job body, and Start does nothing.
+func TestNoRunAfterStop(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLite(t)
+	s, err := New(Config{DB: db, Keys: idempotency.NewStore(db), Settler: noSettler{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	s.Start()
+	require.NoError(t, s.Stop())
+	require.NoError(t, s.Stop(), "Stop is idempotent")
+
+	ran := false
+	s.job(JobSweep, func(context.Context) (Counts, error) { ran = true; return Counts{}, nil })(context.Background())
+	require.False(t, ran, "no job body starts after Stop")
+	s.Start() // a no-op, not a panic
+}

@@ -1,0 +1,314 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/scheduler"
+)
+
+// TestSweepOutcomes runs one sweep over one key per case and checks what
+// became of the key and its payment, and the counts the run reported.
+func TestSweepOutcomes(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		const m = "ten_a"
+		ref := func(key string) string { return providers.Reference(m, key) }
+		answers := map[string]providers.Result{
+			ref("succeeded"): {Outcome: providers.OutcomeSucceeded, TransactionID: "tx_1"},
+			ref("failed"):    {Outcome: providers.OutcomeFailed, FailureCode: "insufficient_funds", FailureMessage: "Not enough."},
+			ref("not-found"): {Outcome: providers.OutcomeNotFound},
+			ref("pending"):   {Outcome: providers.OutcomePending},
+			ref("review"):    {Outcome: providers.OutcomePending},
+		}
+		fake := newFake(func(_ context.Context, r string) (providers.Result, error) {
+			if res, ok := answers[r]; ok {
+				return res, nil
+			}
+			return providers.Result{}, fmt.Errorf("fake: %w: 503", providers.ErrUnknown)
+		})
+		old, lapsed := 10*time.Minute, -time.Minute
+		seed(t, db, []stuck{
+			{merchant: m, key: "succeeded", age: old, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "failed", age: old, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "not-found", age: old, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "pending", age: old, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "provider-error", age: old, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "review", age: 25 * time.Hour, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "already-final", age: old, leaseLeft: lapsed, payment: status(payments.StatusSucceeded)},
+			{merchant: m, key: "no-payment", age: old, leaseLeft: lapsed},
+			// Not candidates:
+			{merchant: m, key: "young", age: time.Minute, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "leased", age: old, leaseLeft: time.Hour, payment: status(payments.StatusProcessing)},
+			{merchant: m, key: "done", age: old, leaseLeft: lapsed, payment: status(payments.StatusSucceeded),
+				status: idempotency.StatusDone, completedAgo: time.Minute},
+		})
+
+		in := instanceOn(db, fake)
+		cfg := in.config(3) // several batches
+		var observed []scheduler.Counts
+		cfg.Observe = func(job string, c scheduler.Counts) {
+			require.Equal(t, scheduler.JobSweep, job)
+			observed = append(observed, c)
+		}
+		c, err := scheduler.NewSweeper(cfg).RunOnce(context.Background())
+		require.NoError(t, err)
+		want := scheduler.Counts{Resolved: 2, Released: 2, Pending: 2, Review: 1, Skipped: 1, Errors: 1}
+		require.Equal(t, want, c)
+		require.Equal(t, []scheduler.Counts{want}, observed)
+
+		for _, key := range []string{"succeeded", "failed", "already-final"} {
+			rec, ok := getKey(t, db, m, key)
+			require.True(t, ok, key)
+			require.Equal(t, idempotency.StatusDone, rec.Status, key)
+			p := getPayment(t, db, m, key)
+			// Exactly the answer the create handler would have sent.
+			want := payments.Render(&p)
+			require.Equal(t, want.Status, rec.StatusCode, key)
+			require.Equal(t, string(want.Body), string(rec.Body), key)
+			require.Equal(t, want.Header, rec.Header, key)
+		}
+		require.Equal(t, payments.StatusSucceeded, getPayment(t, db, m, "succeeded").Status)
+		require.Equal(t, "tx_1", getPayment(t, db, m, "succeeded").ProviderTransactionID)
+		failed := getPayment(t, db, m, "failed")
+		require.Equal(t, payments.StatusFailed, failed.Status)
+		require.Equal(t, "insufficient_funds", failed.FailureCode)
+		rec, _ := getKey(t, db, m, "failed")
+		require.Equal(t, 402, rec.StatusCode)
+
+		for _, key := range []string{"not-found", "no-payment"} {
+			_, ok := getKey(t, db, m, key)
+			require.False(t, ok, "%s: released", key)
+		}
+		nf := getPayment(t, db, m, "not-found")
+		require.Equal(t, payments.StatusFailed, nf.Status)
+		require.Equal(t, payments.FailureNotProcessed, nf.FailureCode)
+
+		for key, ps := range map[string]payments.Status{
+			"pending": payments.StatusProcessing, "provider-error": payments.StatusProcessing,
+			"review": payments.StatusRequiresReview,
+			"young":  payments.StatusProcessing, "leased": payments.StatusProcessing,
+		} {
+			rec, ok := getKey(t, db, m, key)
+			require.True(t, ok, key)
+			require.Equal(t, idempotency.StatusInProgress, rec.Status, key)
+			require.Equal(t, ps, getPayment(t, db, m, key).Status, key)
+		}
+		rec, _ = getKey(t, db, m, "done")
+		require.Equal(t, `{"stored":true}`, string(rec.Body), "a done key is never rewritten")
+
+		lookups, charges := fake.counts()
+		require.Zero(t, charges, "a sweeper never charges")
+		for _, key := range []string{"young", "leased", "done", "already-final", "no-payment"} {
+			require.Zero(t, lookups[ref(key)], key)
+		}
+		for _, key := range []string{"succeeded", "failed", "not-found", "pending", "provider-error", "review"} {
+			require.Equal(t, 1, lookups[ref(key)], "%s: looked up once, even across batches", key)
+		}
+
+		// The next run sees the pending ones again, and nothing else.
+		require.NoError(t, db.Exec("UPDATE idempotency_keys SET locked_until = ? WHERE status = 'in_progress' AND key <> 'leased'",
+			time.Now().UTC().Add(-time.Second)).Error)
+		c, err = scheduler.NewSweeper(cfg).RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, scheduler.Counts{Pending: 2, Review: 1, Errors: 1}, c)
+	})
+}
+
+// TestSweepThreeInstancesRace has three sweepers, each with its own pool as
+// three gateway instances would, race over 1,000 stuck keys: every key is
+// looked up and completed exactly once, and none is left behind.
+func TestSweepThreeInstancesRace(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresURL(t)
+	fake := newFake(func(context.Context, string) (providers.Result, error) {
+		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "tx"}, nil
+	})
+	const n = 1000
+	rows := make([]stuck, n)
+	for i := range rows {
+		rows[i] = stuck{merchant: fmt.Sprintf("ten_%d", i%7), key: fmt.Sprintf("k-%04d", i),
+			age: time.Hour + time.Duration(i)*time.Millisecond, leaseLeft: -time.Minute,
+			payment: status(payments.StatusProcessing)}
+	}
+	check := newInstance(t, dsn, fake, 4)
+	seed(t, check.db, rows)
+
+	var (
+		mu    sync.Mutex
+		total scheduler.Counts
+		runs  []scheduler.Counts
+		wg    sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for range 3 {
+		in := newInstance(t, dsn, fake, 4)
+		sw := scheduler.NewSweeper(in.config(50))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c, err := sw.RunOnce(context.Background())
+			mu.Lock()
+			defer mu.Unlock()
+			require.NoError(t, err)
+			runs = append(runs, c)
+			total.Resolved += c.Resolved
+			total.Lost += c.Lost
+			total.Errors += c.Errors
+			total.Skipped += c.Skipped
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("per-instance counts: %+v", runs)
+
+	require.Equal(t, n, total.Resolved, "every key resolved exactly once across instances")
+	require.Zero(t, total.Errors)
+	require.Zero(t, total.Skipped, "no key was settled twice")
+	require.Equal(t, int64(n), count(t, check.db, "idempotency_keys", "status = 'done'"))
+	require.Equal(t, int64(n), count(t, check.db, "payments", "status = 'succeeded'"))
+	lookups, charges := fake.counts()
+	require.Zero(t, charges)
+	require.Len(t, lookups, n)
+	for ref, k := range lookups {
+		require.Equal(t, 1, k, "reference %s looked up %d times", ref, k)
+	}
+}
+
+// TestShutdownDuringSweep stops the scheduler while a sweep is inside a
+// provider call that only ends when its context is cancelled: the run
+// returns, and every key is either still in progress with its payment
+// processing, or done with its payment final.
+func TestShutdownDuringSweep(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresURL(t)
+	const m = "ten_s"
+	entered := make(chan string, 1)
+	returned := make(chan error, 1)
+	fake := newFake(func(ctx context.Context, ref string) (providers.Result, error) {
+		if ref != providers.Reference(m, "k-3") {
+			return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "tx"}, nil
+		}
+		entered <- ref
+		<-ctx.Done()
+		returned <- ctx.Err()
+		return providers.Result{}, fmt.Errorf("fake: %w: %v", providers.ErrUnknown, ctx.Err())
+	})
+	var rows []stuck
+	for i := range 8 {
+		rows = append(rows, stuck{merchant: m, key: fmt.Sprintf("k-%d", i),
+			age: time.Hour - time.Duration(i)*time.Second, leaseLeft: -time.Minute,
+			payment: status(payments.StatusProcessing)})
+	}
+	in := newInstance(t, dsn, fake, 4)
+	seed(t, in.db, rows)
+
+	cfg := in.config(2)
+	cfg.SweepInterval = 20 * time.Millisecond
+	cfg.StopTimeout = 20 * time.Second
+	observed := make(chan scheduler.Counts, 10)
+	cfg.Observe = func(_ string, c scheduler.Counts) { observed <- c }
+	s, err := scheduler.New(cfg)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { _ = s.Stop() })
+
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sweep never reached the blocking provider call")
+	}
+	require.NoError(t, s.Stop(), "the running sweep returned once cancelled")
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, context.Canceled, "the job's context was cancelled")
+	default:
+		t.Fatal("Stop returned before the provider call ended")
+	}
+	first := <-observed
+	require.Equal(t, 3, first.Resolved, "the keys before the blocked one were finished")
+
+	for _, r := range rows {
+		rec, ok := getKey(t, in.db, m, r.key)
+		require.True(t, ok, r.key)
+		p := getPayment(t, in.db, m, r.key)
+		switch rec.Status {
+		case idempotency.StatusDone:
+			require.Equal(t, payments.StatusSucceeded, p.Status, r.key)
+			var view map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body, &view))
+			require.Equal(t, p.ID, view["id"], r.key)
+		case idempotency.StatusInProgress:
+			require.Equal(t, payments.StatusProcessing, p.Status, r.key)
+		default:
+			t.Fatalf("%s: status %q", r.key, rec.Status)
+		}
+	}
+	require.Equal(t, payments.StatusProcessing, getPayment(t, in.db, m, "k-3").Status)
+	require.Equal(t, int64(3), count(t, in.db, "idempotency_keys", "status = 'done'"))
+	require.Equal(t, int64(5), count(t, in.db, "idempotency_keys", "status = 'in_progress'"))
+}
+
+// TestPurge deletes exactly the done keys past the TTL, in several
+// batches, and never a key in progress or a payment.
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		const ttl = 72 * time.Hour
+		var rows []stuck
+		expired := map[string]bool{}
+		for i := range 10 {
+			k := fmt.Sprintf("old-done-%d", i)
+			expired[k] = true
+			rows = append(rows, stuck{merchant: fmt.Sprintf("ten_%d", i%3), key: k, age: ttl + 2*time.Hour,
+				status: idempotency.StatusDone, completedAgo: ttl + time.Hour + time.Duration(i)*time.Minute,
+				payment: status(payments.StatusSucceeded)})
+		}
+		for i := range 3 {
+			rows = append(rows, stuck{merchant: "ten_0", key: fmt.Sprintf("recent-done-%d", i), age: ttl + 2*time.Hour,
+				status: idempotency.StatusDone, completedAgo: ttl - time.Hour, payment: status(payments.StatusFailed)})
+			rows = append(rows, stuck{merchant: "ten_1", key: fmt.Sprintf("old-in-progress-%d", i), age: 10 * ttl,
+				leaseLeft: -ttl, payment: status(payments.StatusProcessing)})
+		}
+		seed(t, db, rows)
+		keysBefore := count(t, db, "idempotency_keys", "1 = 1")
+		paymentsBefore := count(t, db, "payments", "1 = 1")
+
+		var observed []scheduler.Counts
+		p := scheduler.NewPurger(scheduler.Config{
+			Keys: idempotency.NewStore(db), Log: quiet, KeyTTL: ttl, PurgeBatch: 3,
+			Observe: func(job string, c scheduler.Counts) {
+				require.Equal(t, scheduler.JobPurge, job)
+				observed = append(observed, c)
+			},
+		})
+		c, err := p.RunOnce(context.Background())
+		require.NoError(t, err)
+		// One statement deletes at most 3 rows: 10 took several batches.
+		require.Equal(t, int64(10), c.Deleted)
+		require.Equal(t, []scheduler.Counts{{Deleted: 10}}, observed)
+
+		require.Equal(t, keysBefore-10, count(t, db, "idempotency_keys", "1 = 1"))
+		require.Equal(t, paymentsBefore, count(t, db, "payments", "1 = 1"), "payments are never purged")
+		for _, r := range rows {
+			_, ok := getKey(t, db, r.merchant, r.key)
+			require.Equal(t, !expired[r.key], ok, r.key)
+		}
+
+		c, err = p.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, c.Deleted)
+	})
+}
