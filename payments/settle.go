@@ -43,6 +43,13 @@ func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settleme
 	if err != nil {
 		return "", err
 	}
+	if p.retryable() {
+		// Failed as never charged (not_processed, provider_unavailable), but
+		// the release that should have followed did not happen (a crash, a
+		// cancelled context): release now, or the key would be completed
+		// as a permanent decline of a payment nobody ever charged.
+		return Released, s.keys.Release(ctx, claim)
+	}
 	if final(p.Status) {
 		if _, err := s.complete(ctx, claim, &p); err != nil {
 			return "", err

@@ -74,7 +74,11 @@
 // Cancellation leaves no half-finished key: a key is either untouched, or
 // taken over and still in_progress (payment processing or requires_review),
 // or finished in one transaction (payment final and key done), or released
-// after its payment was marked not_processed.
+// after its payment was marked not_processed. The one two-step end is the
+// release (the payment is failed, then the key deleted); if a run is cut
+// between the two, the key stays in_progress under a payment failed as
+// never charged, and the next run's Settle releases it instead of
+// completing it as a decline.
 //
 // # SQLite
 //

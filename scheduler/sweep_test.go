@@ -48,6 +48,13 @@ func TestSweepOutcomes(t *testing.T) {
 			{merchant: m, key: "review", age: 25 * time.Hour, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
 			{merchant: m, key: "already-final", age: old, leaseLeft: lapsed, payment: status(payments.StatusSucceeded)},
 			{merchant: m, key: "no-payment", age: old, leaseLeft: lapsed},
+			// Failed as never charged, but the release did not follow (a
+			// crash or cancellation between the two): released, not
+			// completed as a decline.
+			{merchant: m, key: "half-released", age: old, leaseLeft: lapsed,
+				payment: status(payments.StatusFailed), failureCode: payments.FailureNotProcessed},
+			{merchant: m, key: "half-unavailable", age: old, leaseLeft: lapsed,
+				payment: status(payments.StatusFailed), failureCode: payments.FailureProviderUnavailable},
 			// Not candidates:
 			{merchant: m, key: "young", age: time.Minute, leaseLeft: lapsed, payment: status(payments.StatusProcessing)},
 			{merchant: m, key: "leased", age: old, leaseLeft: time.Hour, payment: status(payments.StatusProcessing)},
@@ -64,7 +71,7 @@ func TestSweepOutcomes(t *testing.T) {
 		}
 		c, err := scheduler.NewSweeper(cfg).RunOnce(context.Background())
 		require.NoError(t, err)
-		want := scheduler.Counts{Resolved: 2, Released: 2, Pending: 2, Review: 1, Skipped: 1, Errors: 1}
+		want := scheduler.Counts{Resolved: 2, Released: 4, Pending: 2, Review: 1, Skipped: 1, Errors: 1}
 		require.Equal(t, want, c)
 		require.Equal(t, []scheduler.Counts{want}, observed)
 
@@ -87,10 +94,11 @@ func TestSweepOutcomes(t *testing.T) {
 		rec, _ := getKey(t, db, m, "failed")
 		require.Equal(t, 402, rec.StatusCode)
 
-		for _, key := range []string{"not-found", "no-payment"} {
+		for _, key := range []string{"not-found", "no-payment", "half-released", "half-unavailable"} {
 			_, ok := getKey(t, db, m, key)
 			require.False(t, ok, "%s: released", key)
 		}
+		require.Equal(t, payments.FailureProviderUnavailable, getPayment(t, db, m, "half-unavailable").FailureCode)
 		nf := getPayment(t, db, m, "not-found")
 		require.Equal(t, payments.StatusFailed, nf.Status)
 		require.Equal(t, payments.FailureNotProcessed, nf.FailureCode)
@@ -110,7 +118,7 @@ func TestSweepOutcomes(t *testing.T) {
 
 		lookups, charges := fake.counts()
 		require.Zero(t, charges, "a sweeper never charges")
-		for _, key := range []string{"young", "leased", "done", "already-final", "no-payment"} {
+		for _, key := range []string{"young", "leased", "done", "already-final", "no-payment", "half-released", "half-unavailable"} {
 			require.Zero(t, lookups[ref(key)], key)
 		}
 		for _, key := range []string{"succeeded", "failed", "not-found", "pending", "provider-error", "review"} {
