@@ -93,13 +93,17 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Tags         webhooks
 // @Accept       json
 // @Produce      json
+// @Produce      application/problem+json
 // @Param        provider  path string true "paystack, flutterwave or stripe"
 // @Param        tenant_id path string true "The merchant's tenant id"
 // @Success      200 {object} WebhookResult
 // @Failure      400 {object} problem.Problem "invalid_request (unreadable event)"
 // @Failure      401 {object} problem.Problem "invalid_signature"
 // @Failure      404 {object} problem.Problem "not_found (no such tenant or provider account)"
+// @Failure      413 {object} problem.Problem "body_too_large"
+// @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
 // @Failure      503 {object} problem.Problem "provider_unavailable (retry later)"
+// @Header       503 {integer} Retry-After "seconds"
 // @Router       /v1/webhooks/{provider}/{tenant_id} [post]
 func (h *Handler) webhook(c *fiber.Ctx) error {
 	header := http.Header{}
