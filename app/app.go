@@ -175,7 +175,7 @@ func (a *App) routes() {
 
 	ph := payments.NewHandler(a.Payments, func(c *fiber.Ctx) (payments.Merchant, bool) {
 		t, ok := tenants.CurrentTenant(c)
-		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider}, ok
+		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider, Providers: t.Providers}, ok
 	})
 
 	v1 := f.Group("/v1", budget)

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -114,14 +115,25 @@ func Middleware(cfg Config) fiber.Handler {
 		ctx := c.UserContext()
 		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
-		claim, rec, err := s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease})
+		// Fast path for retries: a known key is answered from one read (a
+		// replay, a mismatch, a conflict or a takeover). The read never
+		// decides ownership; only the INSERT of Claim does.
+		rec, err := s.Get(ctx, merchantID, key)
+		var claim Claim
+		if errors.Is(err, ErrNotFound) {
+			claim, rec, err = s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease, Hold: true})
+		}
+		if errors.Is(err, ErrBusy) {
+			observe(OutcomeConflict)
+			return inUse(c)
+		}
 		if err != nil {
 			log.ErrorContext(ctx, "idempotency: claim failed", "err", err)
 			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
 		}
 		if rec == nil {
 			observe(OutcomeClaimed)
-			return run(c, claim, observe, log)
+			return run(c, s, claim, observe, log)
 		}
 		if rec.RequestHash != hash {
 			observe(OutcomeMismatch)
@@ -150,7 +162,7 @@ func Middleware(cfg Config) fiber.Handler {
 		}
 		observe(OutcomeTakenOver)
 		log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
-		return run(c, claim, observe, log)
+		return run(c, s, claim, observe, log)
 	}
 }
 
@@ -162,8 +174,18 @@ func inUse(c *fiber.Ctx) error {
 // run hands the claimed request to the handler and reports how it ended the
 // claim. Nothing here changes the key: a handler that ends none of the ways
 // leaves it in progress under its lease, by design.
-func run(c *fiber.Ctx, claim Claim, observe func(string), log *slog.Logger) error {
+func run(c *fiber.Ctx, s *Store, claim Claim, observe func(string), log *slog.Logger) error {
 	c.Locals(claimKey{}, claim)
+	// A claim still held open was neither persisted nor released by the
+	// handler (an error or a panic): commit it, so it stays in progress —
+	// the safe default — and its connection goes back to the pool.
+	defer func() {
+		if claim.Held() {
+			if perr := s.Persist(c.UserContext(), claim, nil); perr != nil {
+				log.ErrorContext(c.UserContext(), "idempotency: could not persist claim", "err", perr)
+			}
+		}
+	}()
 	err := c.Next()
 	switch claim.state.get() {
 	case endReleased:

@@ -21,6 +21,9 @@ var (
 	// the key was already completed or released. A caller inside a
 	// transaction must roll it back.
 	ErrLostClaim = errors.New("idempotency: claim lost")
+	// ErrBusy means another request holds a fresh, not yet committed
+	// claim on the key: it is in use.
+	ErrBusy = errors.New("idempotency: key busy")
 	// ErrKeyInvalid means an Idempotency-Key value is empty, too long,
 	// not printable ASCII, or a malformed quoted string.
 	ErrKeyInvalid = errors.New("idempotency: key invalid")
@@ -95,6 +98,9 @@ type Claim struct {
 	// state lets the middleware see how the handler ended the claim; it is
 	// for metrics and logs only, never for a decision.
 	state *claimState
+	// held is the open transaction of a claim made with Hold, until it is
+	// persisted or released.
+	held *heldTx
 }
 
 // ClaimParams are the arguments of Store.Claim.
@@ -103,6 +109,11 @@ type ClaimParams struct {
 	Key         string
 	RequestHash string
 	Lease       time.Duration
+	// Hold keeps the new claim row in an open transaction, uncommitted,
+	// until the owner calls Persist (writing its own first rows in the same
+	// commit) or Release (a rollback: nothing was ever visible). Concurrent
+	// claimers of the key wait on the row until then. See Persist.
+	Hold bool
 }
 
 // StaleParams are the arguments of Store.Stale.
@@ -165,12 +176,37 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 			LockToken:   uuid.NewString(),
 			CreatedAt:   now,
 		}
-		res := s.exec(ctx, nil).Clauses(clause.OnConflict{DoNothing: true}).Create(&rec)
+		db := s.exec(ctx, nil)
+		hold := p.Hold && db.Dialector.Name() == "postgres"
+		if hold {
+			if db = db.Begin(); db.Error != nil {
+				return Claim{}, nil, fmt.Errorf("idempotency: claim: begin: %w", db.Error)
+			}
+			// A concurrent claimer of the same key waits on our
+			// uncommitted row; bounding that wait keeps a storm on one
+			// key from holding every pooled connection, and a waiter
+			// that gives up answers "in use", which is what it is.
+			if err := db.Exec("SET LOCAL lock_timeout = '" + heldWait + "'").Error; err != nil {
+				db.Rollback()
+				return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", err)
+			}
+		}
+		res := db.Clauses(clause.OnConflict{DoNothing: true}).Create(&rec)
+		if hold && (res.Error != nil || res.RowsAffected != 1) {
+			db.Rollback()
+		}
+		if lockTimedOut(res.Error) {
+			return Claim{}, nil, ErrBusy
+		}
 		if res.Error != nil {
 			return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", res.Error)
 		}
 		if res.RowsAffected == 1 {
-			return s.newClaim(rec.MerchantID, rec.Key, rec.LockToken, rec.LockedUntil, false), nil, nil
+			c := s.newClaim(rec.MerchantID, rec.Key, rec.LockToken, rec.LockedUntil, false)
+			if hold {
+				c.held = &heldTx{tx: db}
+			}
+			return c, nil, nil
 		}
 		existing, err := s.Get(ctx, p.MerchantID, p.Key)
 		if errors.Is(err, ErrNotFound) {
@@ -209,12 +245,26 @@ func (s *Store) TakeOver(ctx context.Context, merchantID, key string, lease time
 	return s.newClaim(merchantID, key, token, until, true), true, nil
 }
 
-// owned updates the key of c with values if c still owns it.
+// owned updates the key of c with values if c still owns it. A claim still
+// held runs it in its own transaction when the caller gave none; when the
+// caller runs its own transaction, the held claim is committed first, or
+// the caller's update would wait on the uncommitted row forever.
 func (s *Store) owned(ctx context.Context, tx *gorm.DB, c Claim, op string, values map[string]any) error {
-	res := s.exec(ctx, tx).Model(&Record{}).
-		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
-		Updates(values)
-	return checkOwned(res, op)
+	update := func(tx *gorm.DB) error {
+		res := s.exec(ctx, tx).Model(&Record{}).
+			Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
+			Updates(values)
+		return checkOwned(res, op)
+	}
+	if c.Held() {
+		if tx == nil {
+			return s.Persist(ctx, c, update)
+		}
+		if err := s.Persist(ctx, c, nil); err != nil {
+			return err
+		}
+	}
+	return update(tx)
 }
 
 func checkOwned(res *gorm.DB, op string) error {
@@ -265,6 +315,14 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 // was invalid, or the provider never received the charge), so a later
 // request with the key becomes a fresh owner.
 func (s *Store) Release(ctx context.Context, c Claim) error {
+	if tx := c.held.take(); tx != nil {
+		// Never committed: rolling back is the release, and costs nothing.
+		if err := tx.Rollback().Error; err != nil {
+			return fmt.Errorf("idempotency: release: %w", err)
+		}
+		c.state.set(endReleased)
+		return nil
+	}
 	res := s.exec(ctx, nil).
 		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
 		Delete(&Record{})

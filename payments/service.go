@@ -29,6 +29,7 @@ type Accounts interface {
 type Merchant struct {
 	ID              string
 	DefaultProvider string
+	Providers       []string // the provider accounts it may charge through
 }
 
 // Config tunes the service.
@@ -98,13 +99,13 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	if name == "" {
 		name = m.DefaultProvider
 	}
-	prov, err := s.accounts.Provider(ctx, m.ID, name)
-	if errors.Is(err, providers.ErrUnknownProvider) {
+	// The provider is checked against the accounts the auth middleware
+	// loaded, not the database: while the claim's transaction is held open
+	// (until open commits it with the ledger row) this request must not
+	// wait for a second pooled connection, or a burst could starve the pool.
+	if !contains(m.Providers, name) {
 		return Answer{}, s.release(ctx, claim, problem.Invalid(problem.FieldError{
 			Field: "provider", Reason: fmt.Sprintf("%q is not configured for this merchant", name)}))
-	}
-	if err != nil {
-		return Answer{}, s.release(ctx, claim, err)
 	}
 	in.Provider = name
 
@@ -116,6 +117,12 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		// The ledger already has a final answer for this key (its stored
 		// answer was purged after KEY_TTL): answer it again, never charge.
 		return s.complete(ctx, claim, &p)
+	}
+	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
+	if err != nil {
+		// The account vanished since the token was checked: nothing was
+		// charged, so this is a certain non-charge.
+		return Answer{}, s.notCharged(ctx, claim, &p, err)
 	}
 
 	failpoint("before_charge")
@@ -142,7 +149,9 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID string, in input) (Payment, error) {
 	now := s.now()
 	var p Payment
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	// Persist commits the claim and the ledger row together (one commit
+	// for a new key); for a taken-over key it is a new transaction.
+	err := s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
 		existing, err := s.store.GetByKey(ctx, tx, merchantID, claim.Key)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -344,6 +353,15 @@ func (s *Service) observe(p *Payment) {
 func keyInUse() error {
 	return problem.New(fiber.StatusConflict, "idempotency_key_in_use",
 		"another request took this Idempotency-Key over; retry to get its answer").WithRetryAfter(1)
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
 }
 
 func final(s Status) bool { return s == StatusSucceeded || s == StatusFailed }

@@ -96,10 +96,13 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	// SQLite has one writer. One connection turns concurrent requests into a
-	// queue instead of "database is locked" errors; the embedded store is for
-	// a single development instance.
-	sqlDB.SetMaxOpenConns(1)
+	// SQLite has one writer. Every transaction begins IMMEDIATE (it takes
+	// the write lock up front, so it can never deadlock upgrading a read
+	// lock) and waits for it up to busy_timeout; WAL lets readers on the
+	// other connections go on meanwhile. A request holding its claim's
+	// transaction can therefore still read tenants and providers. The
+	// embedded store is for a single development instance.
+	sqlDB.SetMaxOpenConns(4)
 	return db, nil
 }
 
