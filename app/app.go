@@ -233,3 +233,9 @@ func (a *App) Close() error {
 	}
 	return database.Close(a.db)
 }
+
+// NewWithDB builds the app on an already open and migrated database, for
+// embedding and for tests that instrument the connection pool.
+func NewWithDB(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
+	return build(cfg, log, db)
+}
