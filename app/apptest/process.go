@@ -145,6 +145,9 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Stop asks the process to shut down gracefully (SIGTERM) and waits.
 func (p *Process) Stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)

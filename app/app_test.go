@@ -1,0 +1,131 @@
+package app_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app"
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/config"
+)
+
+func newApp(t *testing.T, logs io.Writer) *app.App {
+	t.Helper()
+	env := apptest.BaseEnv(dbtest.PostgresURL(t), t.TempDir())
+	cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	a, err := app.New(cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+func problemOf(t *testing.T, resp *http.Response) map[string]any {
+	t.Helper()
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	var p map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	return p
+}
+
+func TestPanicIsA500ProblemAndTheCauseIsLoggedNotSent(t *testing.T) {
+	t.Parallel()
+	logs := &apptest.SyncBuffer{}
+	a := newApp(t, logs)
+	a.Fiber().Get("/boom", func(*fiber.Ctx) error { panic("secret internal detail") })
+	resp, err := a.Fiber().Test(httptest.NewRequest("GET", "/boom", nil), -1)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	p := problemOf(t, resp)
+	require.Equal(t, "internal", p["code"])
+	require.NotEmpty(t, p["request_id"])
+	require.NotContains(t, p["detail"], "secret internal detail")
+	require.Contains(t, logs.String(), "secret internal detail")
+	require.Contains(t, logs.String(), p["request_id"].(string))
+}
+
+func TestUnknownRouteIsA404Problem(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, io.Discard)
+	resp, err := a.Fiber().Test(httptest.NewRequest("GET", "/nope", nil), -1)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, "not_found", problemOf(t, resp)["code"])
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, io.Discard)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := a.Fiber().Test(httptest.NewRequest("GET", path, nil), -1)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	require.NoError(t, a.Close())
+	resp, err := a.Fiber().Test(httptest.NewRequest("GET", "/readyz", nil), -1)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no database, not ready")
+	require.Equal(t, "unavailable", problemOf(t, resp)["code"])
+}
+
+func TestAdminBodyOver1MiBIs413(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	big := `{"name":"` + strings.Repeat("a", 1<<20) + `"}`
+	r := g.Do("POST", "/admin/v1/tenants", []byte(big), "Authorization", "Bearer "+apptest.AdminKey)
+	require.Equal(t, http.StatusRequestEntityTooLarge, r.StatusCode)
+	require.Equal(t, "body_too_large", r.Code(t))
+}
+
+// TestGracefulShutdownDrainsInFlightRequests sends SIGTERM to the real
+// binary while a payment is waiting on the provider: the payment still
+// completes and is answered, and the process exits cleanly.
+func TestGracefulShutdownDrainsInFlightRequests(t *testing.T) {
+	t.Parallel()
+	env := apptest.BaseEnv(dbtest.PostgresURL(t), t.TempDir())
+	env["SIMULATOR_LATENCY"] = "1500ms"
+	p := apptest.StartProcess(t, apptest.Binary(t), env)
+	m := p.Onboard(nil)
+
+	type result struct {
+		r   apptest.Response
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := p.TryPay(m, "drain-1", map[string]any{
+			"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+		done <- result{r, err}
+	}()
+	// Wait until the request is inside the gateway (its key is claimed).
+	db, err := database.Open(p.DBURL, database.Options{MaxOpenConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(db) })
+	require.Eventually(t, func() bool {
+		var n int64
+		db.Table("idempotency_keys").Where("merchant_id = ? AND key = ?", m.ID, "drain-1").Count(&n)
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, p.Signal(syscall.SIGTERM))
+
+	res := <-done
+	require.NoError(t, res.err)
+	require.Equal(t, http.StatusCreated, res.r.StatusCode, string(res.r.Body))
+	select {
+	case <-p.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not exit after SIGTERM")
+	}
+}
