@@ -23,9 +23,9 @@ func TestArchitecture(t *testing.T) {
 		t.Fatal(err)
 	}
 	type rule struct {
-		name   string
+		name    string
 		applies func(rel string) bool
-		forbid []string // import paths: "x/" a prefix, "x$" exactly x, else x and below
+		forbid  []string // import paths: "x/" a prefix, "x$" exactly x, else x and below
 	}
 	inDir := func(dirs ...string) func(string) bool {
 		return func(rel string) bool {
