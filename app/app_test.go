@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,8 +82,7 @@ func TestHealthAndReadiness(t *testing.T) {
 func TestAdminBodyOver1MiBIs413(t *testing.T) {
 	t.Parallel()
 	g := apptest.Start(t)
-	big := `{"name":"` + strings.Repeat("a", 1<<20) + `"}`
-	r := g.Do("POST", "/admin/v1/tenants", []byte(big), "Authorization", "Bearer "+apptest.AdminKey)
+	r := g.Oversized("POST", "/admin/v1/tenants", app.BodyLimit+1, "Authorization", "Bearer "+apptest.AdminKey)
 	require.Equal(t, http.StatusRequestEntityTooLarge, r.StatusCode)
 	require.Equal(t, "body_too_large", r.Code(t))
 }

@@ -109,8 +109,7 @@ func TestContract(t *testing.T) {
 
 	t.Run("BodyOver1MiBIs413AndStoresNothing", func(t *testing.T) {
 		t.Parallel()
-		big := []byte(`{"description":"` + strings.Repeat("a", 1<<20) + `"}`)
-		r := g.Pay(m, "k-big", big)
+		r := g.Oversized("POST", "/v1/payments", 1<<20+1, "Authorization", "Bearer "+m.Token, "Idempotency-Key", "k-big")
 		require.Equal(t, http.StatusRequestEntityTooLarge, r.StatusCode)
 		require.Equal(t, "body_too_large", r.Code(t))
 		_, err := g.App.Keys.Get(context.Background(), m.ID, "k-big")

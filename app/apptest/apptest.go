@@ -4,10 +4,12 @@
 package apptest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -260,3 +262,38 @@ func (g *Gateway) Get(m Merchant, path string) Response {
 }
 
 func str(v any) string { s, _ := v.(string); return s }
+
+// Oversized sends only the head of a request that declares a body of size
+// bytes, over a raw connection, and reads the answer. The gateway refuses
+// a body over its limit from the Content-Length alone; sending the bytes
+// would race its close against the client's write (a reset instead of the
+// 413 under test).
+func (g *Gateway) Oversized(method, path string, size int, headers ...string) Response {
+	g.T.Helper()
+	u, err := url.Parse(g.URL)
+	if err != nil {
+		g.T.Fatalf("apptest: %v", err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		g.T.Fatalf("apptest: %v", err)
+	}
+	defer conn.Close()
+	var head strings.Builder
+	fmt.Fprintf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, u.Host, size)
+	for i := 0; i+1 < len(headers); i += 2 {
+		fmt.Fprintf(&head, "%s: %s\r\n", headers[i], headers[i+1])
+	}
+	head.WriteString("\r\n")
+	if _, err := io.WriteString(conn, head.String()); err != nil {
+		g.T.Fatalf("apptest: %v", err)
+	}
+	req, _ := http.NewRequest(method, g.URL+path, nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		g.T.Fatalf("apptest: read answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return Response{Response: resp, Body: b}
+}
