@@ -9,7 +9,6 @@
 package flutterwave
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -115,7 +114,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 	if err != nil {
 		return providers.Result{}, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
 	}
-	hreq, err := p.request(http.MethodPost, p.base+"/v3/tokenized-charges", body)
+	hreq, err := wire.NewJSONRequest(Name, http.MethodPost, p.base+"/v3/tokenized-charges", p.key, body)
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -123,7 +122,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 	if err != nil {
 		return providers.Result{}, err
 	}
-	env, decodeErr := decode(resp.Body)
+	env, decodeErr := wire.DecodeJSON[envelope](resp.Body)
 	switch {
 	case resp.Status == http.StatusOK:
 		if decodeErr != nil || env.Status != "success" {
@@ -138,7 +137,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 		strings.Contains(strings.ToLower(env.Message), "duplicate"):
 		return p.lookupDuplicate(ctx, req, major)
 	default:
-		return providers.Result{}, statusError("charge", resp.Status, env.Message)
+		return providers.Result{}, wire.StatusError(Name, "charge", resp.Status, env.Message)
 	}
 }
 
@@ -180,7 +179,7 @@ func (p *Provider) Lookup(ctx context.Context, reference string) (providers.Resu
 
 func (p *Provider) verify(ctx context.Context, reference string) (transaction, bool, error) {
 	u := p.base + "/v3/transactions/verify_by_reference?" + url.Values{"tx_ref": {reference}}.Encode()
-	hreq, err := p.request(http.MethodGet, u, nil)
+	hreq, err := wire.NewJSONRequest(Name, http.MethodGet, u, p.key, nil)
 	if err != nil {
 		return transaction{}, false, err
 	}
@@ -188,7 +187,7 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 	if err != nil {
 		return transaction{}, false, err
 	}
-	env, decodeErr := decode(resp.Body)
+	env, decodeErr := wire.DecodeJSON[envelope](resp.Body)
 	switch {
 	case resp.Status == http.StatusOK:
 		if decodeErr != nil || env.Status != "success" {
@@ -204,49 +203,16 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 		strings.Contains(strings.ToLower(env.Message), "no transaction was found"):
 		return transaction{}, false, nil
 	default:
-		return transaction{}, false, statusError("verify", resp.Status, env.Message)
+		return transaction{}, false, wire.StatusError(Name, "verify", resp.Status, env.Message)
 	}
-}
-
-func (p *Provider) request(method, u string, body []byte) (*http.Request, error) {
-	var r *http.Request
-	var err error
-	if body != nil {
-		r, err = http.NewRequest(method, u, bytes.NewReader(body))
-	} else {
-		r, err = http.NewRequest(method, u, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
-	}
-	r.Header.Set("Authorization", "Bearer "+p.key)
-	r.Header.Set("Accept", "application/json")
-	if body != nil {
-		r.Header.Set("Content-Type", "application/json")
-	}
-	return r, nil
-}
-
-func decode(body []byte) (envelope, error) {
-	var env envelope
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	err := d.Decode(&env)
-	return env, err
 }
 
 func decodeTx(data json.RawMessage) (transaction, error) {
-	var tx transaction
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	if err := d.Decode(&tx); err != nil || tx.Status == "" {
+	tx, err := wire.DecodeJSON[transaction](data)
+	if err != nil || tx.Status == "" {
 		return transaction{}, fmt.Errorf("%s: %w: answer without a transaction status", Name, providers.ErrUnknown)
 	}
 	return tx, nil
-}
-
-func statusError(op string, status int, msg string) error {
-	return fmt.Errorf("%s: %s: %w: HTTP %d: %s", Name, op, wire.StatusClass(status), status, wire.Message(msg))
 }
 
 // result maps data.status (shared/providers.md 2.5); anything else is

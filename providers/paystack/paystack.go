@@ -9,7 +9,6 @@
 package paystack
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha512"
@@ -110,7 +109,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 	if err != nil {
 		return providers.Result{}, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
 	}
-	hreq, err := p.request(http.MethodPost, p.base+"/transaction/charge_authorization", body)
+	hreq, err := wire.NewJSONRequest(Name, http.MethodPost, p.base+"/transaction/charge_authorization", p.key, body)
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -118,7 +117,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 	if err != nil {
 		return providers.Result{}, err
 	}
-	env, decodeErr := decode(resp.Body)
+	env, decodeErr := wire.DecodeJSON[envelope](resp.Body)
 	switch {
 	case resp.Status == http.StatusOK:
 		if decodeErr != nil || !env.Status {
@@ -132,7 +131,7 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 	case resp.Status == http.StatusBadRequest && decodeErr == nil && isDuplicate(env.Message):
 		return p.lookupDuplicate(ctx, req)
 	default:
-		return providers.Result{}, statusError("charge", resp.Status, env.Message)
+		return providers.Result{}, wire.StatusError(Name, "charge", resp.Status, env.Message)
 	}
 }
 
@@ -170,7 +169,7 @@ func (p *Provider) Lookup(ctx context.Context, reference string) (providers.Resu
 }
 
 func (p *Provider) verify(ctx context.Context, reference string) (transaction, bool, error) {
-	hreq, err := p.request(http.MethodGet, p.base+"/transaction/verify/"+url.PathEscape(WireReference(reference)), nil)
+	hreq, err := wire.NewJSONRequest(Name, http.MethodGet, p.base+"/transaction/verify/"+url.PathEscape(WireReference(reference)), p.key, nil)
 	if err != nil {
 		return transaction{}, false, err
 	}
@@ -178,7 +177,7 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 	if err != nil {
 		return transaction{}, false, err
 	}
-	env, decodeErr := decode(resp.Body)
+	env, decodeErr := wire.DecodeJSON[envelope](resp.Body)
 	switch {
 	case resp.Status == http.StatusOK:
 		if decodeErr != nil || !env.Status {
@@ -190,43 +189,13 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 		decodeErr == nil && strings.Contains(strings.ToLower(env.Message), "not found"):
 		return transaction{}, false, nil
 	default:
-		return transaction{}, false, statusError("verify", resp.Status, env.Message)
+		return transaction{}, false, wire.StatusError(Name, "verify", resp.Status, env.Message)
 	}
-}
-
-func (p *Provider) request(method, u string, body []byte) (*http.Request, error) {
-	var r *http.Request
-	var err error
-	if body != nil {
-		r, err = http.NewRequest(method, u, bytes.NewReader(body))
-	} else {
-		r, err = http.NewRequest(method, u, nil)
-	}
-	if err != nil {
-		// A malformed base URL: nothing was sent.
-		return nil, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
-	}
-	r.Header.Set("Authorization", "Bearer "+p.key)
-	r.Header.Set("Accept", "application/json")
-	if body != nil {
-		r.Header.Set("Content-Type", "application/json")
-	}
-	return r, nil
-}
-
-func decode(body []byte) (envelope, error) {
-	var env envelope
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	err := d.Decode(&env)
-	return env, err
 }
 
 func decodeTx(data json.RawMessage) (transaction, error) {
-	var tx transaction
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	if err := d.Decode(&tx); err != nil || tx.Status == "" {
+	tx, err := wire.DecodeJSON[transaction](data)
+	if err != nil || tx.Status == "" {
 		return transaction{}, fmt.Errorf("%s: %w: answer without a transaction status", Name, providers.ErrUnknown)
 	}
 	return tx, nil
@@ -236,12 +205,6 @@ func decodeTx(data json.RawMessage) (transaction, error) {
 // "Duplicate charge request for reference" case-insensitively, because the
 // exact text for charge_authorization is not documented.
 func isDuplicate(msg string) bool { return strings.Contains(strings.ToLower(msg), "duplicate") }
-
-// statusError classifies a non-200 answer, with the status and Paystack's
-// message only: the body may echo customer data.
-func statusError(op string, status int, msg string) error {
-	return fmt.Errorf("%s: %s: %w: HTTP %d: %s", Name, op, wire.StatusClass(status), status, wire.Message(msg))
-}
 
 // result maps data.status (shared/providers.md 1.5). Anything we do not know
 // is pending: it is not final, so the sweeper keeps asking and a person

@@ -10,7 +10,6 @@
 package stripe
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -266,22 +265,10 @@ func (p *Provider) get(ctx context.Context, path string, into any) error {
 	return nil
 }
 
+// request is a Stripe API request: Bearer secret key, and a body (nil for
+// none) form-encoded.
 func (p *Provider) request(method, u string, body []byte) (*http.Request, error) {
-	var r *http.Request
-	var err error
-	if body != nil {
-		r, err = http.NewRequest(method, u, bytes.NewReader(body))
-	} else {
-		r, err = http.NewRequest(method, u, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", Name, providers.ErrNotCharged, err)
-	}
-	r.Header.Set("Authorization", "Bearer "+p.key)
-	if body != nil {
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	return r, nil
+	return wire.NewRequest(Name, method, u, p.key, "application/x-www-form-urlencoded", body)
 }
 
 func statusError(op string, status int, e *stripeError) error {
@@ -289,7 +276,7 @@ func statusError(op string, status int, e *stripeError) error {
 	if e != nil {
 		msg = e.Type + ": " + e.Message
 	}
-	return fmt.Errorf("%s: %s: %w: HTTP %d: %s", Name, op, wire.StatusClass(status), status, wire.Message(msg))
+	return wire.StatusError(Name, op, status, msg)
 }
 
 // result maps a PaymentIntent status (shared/providers.md 3.5). Charge

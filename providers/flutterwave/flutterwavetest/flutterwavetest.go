@@ -18,13 +18,13 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/flutterwave"
+	"github.com/oncepay/gateway/providers/internal/fake"
 )
 
 // Secrets the fake accepts and signs with.
@@ -41,20 +41,18 @@ const (
 	TokenPending           = "flw-t1nf-pending-m03k"
 )
 
-// Server is a running fake. Its methods are safe for concurrent use.
+// Server is a running fake. Its methods are safe for concurrent use. The
+// embedded Faults gives it Close, DropNextResponse, HangNextResponse,
+// FailNext (503 is Flutterwave's gateway timeout), Charges (0 or 1 for a
+// tx_ref) and TotalCharges.
 type Server struct {
 	// URL is the base URL to give flutterwave.Config.BaseURL.
 	URL string
+	fake.Faults
 
-	srv     *httptest.Server
-	mu      sync.Mutex
-	txs     map[string]*tx
-	total   int
-	nextID  int64
-	drop    int
-	hang    int
-	fail    []int
-	closing chan struct{}
+	mu     sync.Mutex
+	txs    map[string]*tx
+	nextID int64
 }
 
 type tx struct {
@@ -77,52 +75,9 @@ type tx struct {
 // New starts a fake and stops it when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{txs: map[string]*tx{}, nextID: 277036000, closing: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	t.Cleanup(s.Close)
+	s := &Server{txs: map[string]*tx{}, nextID: 277036000}
+	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
-}
-
-// Close stops the fake; answers held by HangNextResponse are released.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.closing:
-	default:
-		close(s.closing)
-	}
-	s.mu.Unlock()
-	s.srv.Close()
-}
-
-// DropNextResponse makes the next charge be stored and then its connection
-// cut before any answer is written.
-func (s *Server) DropNextResponse() { s.mu.Lock(); s.drop++; s.mu.Unlock() }
-
-// HangNextResponse makes the next charge be stored and its answer held until
-// the client gives up (its timeout or context).
-func (s *Server) HangNextResponse() { s.mu.Lock(); s.hang++; s.mu.Unlock() }
-
-// FailNext makes the next request (any endpoint) answer with status (503 is
-// Flutterwave's gateway timeout) before doing anything.
-func (s *Server) FailNext(status int) { s.mu.Lock(); s.fail = append(s.fail, status); s.mu.Unlock() }
-
-// Charges is how many charges the fake created for the tx_ref (0 or 1).
-func (s *Server) Charges(reference string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.txs[reference]; ok {
-		return 1
-	}
-	return 0
-}
-
-// TotalCharges is how many charges the fake created in all.
-func (s *Server) TotalCharges() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
 }
 
 // Settle finishes a pending charge with OutcomeSucceeded or OutcomeFailed.
@@ -165,15 +120,10 @@ func (s *Server) Webhook(reference string) (http.Header, []byte, error) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if len(s.fail) > 0 {
-		status := s.fail[0]
-		s.fail = s.fail[1:]
-		s.mu.Unlock()
+	if status, ok := fake.NextFailure(&s.Faults); ok {
 		writeError(w, status, "An error occurred. Please contact support")
 		return
 	}
-	s.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+SecretKey {
 		writeError(w, http.StatusUnauthorized, "Authorization required")
 		return
@@ -244,31 +194,16 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		AuthModel: "noauth", PaymentType: "card", CreatedAt: time.Now().UTC().Format(time.RFC3339)}
 	t.Customer.Email = in.Email
 	s.txs[in.TxRef] = t
-	s.total++
+	fate := fake.Charged(&s.Faults, in.TxRef)
 	message := "Charge successful"
 	if status == "pending" {
 		message = "Charge initiated"
 	}
 	answer, _ := json.Marshal(map[string]any{"status": "success", "message": message, "data": t})
-	drop, hang := s.drop > 0, s.drop == 0 && s.hang > 0
-	if drop {
-		s.drop--
-	} else if hang {
-		s.hang--
-	}
 	s.mu.Unlock()
 
-	switch {
-	case drop:
-		cut(w)
-	case hang:
-		select {
-		case <-r.Context().Done():
-		case <-s.closing:
-		}
-	default:
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(answer)
+	if !fake.Withhold(&s.Faults, w, r, fate) {
+		fake.WriteRaw(w, http.StatusOK, answer)
 	}
 }
 
@@ -285,24 +220,9 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "No transaction was found for this id")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(answer)
-}
-
-func cut(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic("flutterwavetest: ResponseWriter cannot hijack")
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		panic(err)
-	}
-	_ = conn.Close()
+	fake.WriteRaw(w, http.StatusOK, answer)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": "error", "message": msg, "data": nil})
+	fake.WriteJSON(w, status, map[string]any{"status": "error", "message": msg, "data": nil})
 }

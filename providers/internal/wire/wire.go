@@ -5,7 +5,9 @@
 package wire
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +47,57 @@ func BaseURL(base, def string) string {
 		base = def
 	}
 	return strings.TrimRight(base, "/")
+}
+
+// NewRequest builds a request authenticated with the secret as a Bearer
+// token; a body (nil for none) is sent with the content type. A request that
+// cannot be built (a malformed base URL) was never sent, so its error wraps
+// ErrNotCharged, prefixed with name. The error never holds the secret.
+func NewRequest(name, method, u, secret, contentType string, body []byte) (*http.Request, error) {
+	var r *http.Request
+	var err error
+	if body != nil {
+		r, err = http.NewRequest(method, u, bytes.NewReader(body))
+	} else {
+		r, err = http.NewRequest(method, u, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, providers.ErrNotCharged, err)
+	}
+	r.Header.Set("Authorization", "Bearer "+secret)
+	if body != nil {
+		r.Header.Set("Content-Type", contentType)
+	}
+	return r, nil
+}
+
+// NewJSONRequest is NewRequest for a JSON API: it asks for JSON back and
+// sends a body as JSON.
+func NewJSONRequest(name, method, u, secret string, body []byte) (*http.Request, error) {
+	r, err := NewRequest(name, method, u, secret, "application/json", body)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Accept", "application/json")
+	return r, nil
+}
+
+// DecodeJSON reads one JSON value from data into a T, keeping numbers as
+// json.Number so that amounts and ids are never rounded through a float.
+func DecodeJSON[T any](data []byte) (T, error) {
+	var v T
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	err := d.Decode(&v)
+	return v, err
+}
+
+// StatusError is the error for a non-success answer that no adapter rule
+// took: classified by StatusClass, with the operation, the status and the
+// provider's message trimmed by Message, never the body (it may echo
+// customer data).
+func StatusError(name, op string, status int, msg string) error {
+	return fmt.Errorf("%s: %s: %w: HTTP %d: %s", name, op, StatusClass(status), status, Message(msg))
 }
 
 // Response is a provider's answer, fully read.

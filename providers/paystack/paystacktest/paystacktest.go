@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,6 +33,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/internal/fake"
 	"github.com/oncepay/gateway/providers/paystack"
 )
 
@@ -52,23 +52,19 @@ const (
 // holds the repository (shared/ is a sibling of the repo).
 const SpecPath = "shared/specs/paystack/paystack.yaml"
 
-// Server is a running fake. Its methods are safe for concurrent use.
+// Server is a running fake. Its methods are safe for concurrent use. The
+// embedded Faults gives it Close, DropNextResponse, HangNextResponse,
+// FailNext and TotalCharges.
 type Server struct {
 	// URL is the base URL to give paystack.Config.BaseURL.
 	URL string
+	fake.Faults
 
-	srv  *httptest.Server
 	spec *openapi3.T
 
-	mu      sync.Mutex
-	txs     map[string]*tx
-	counts  map[string]int
-	total   int
-	nextID  int64
-	drop    int // answers to lose after storing
-	hang    int // answers to hold until the client gives up
-	fail    []int
-	closing chan struct{}
+	mu     sync.Mutex
+	txs    map[string]*tx
+	nextID int64
 }
 
 type tx struct {
@@ -105,29 +101,9 @@ func New(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("paystacktest: %v", err)
 	}
-	s := &Server{
-		spec:    spec,
-		txs:     map[string]*tx{},
-		counts:  map[string]int{},
-		nextID:  4099490000,
-		closing: make(chan struct{}),
-	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	t.Cleanup(s.Close)
+	s := &Server{spec: spec, txs: map[string]*tx{}, nextID: 4099490000}
+	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
-}
-
-// Close stops the fake; answers being held by HangNextResponse are released.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.closing:
-	default:
-		close(s.closing)
-	}
-	s.mu.Unlock()
-	s.srv.Close()
 }
 
 // FindSpec walks up from the working directory looking for SpecPath in each
@@ -166,42 +142,23 @@ func loadSpec() (*openapi3.T, error) {
 	return specDoc, specErr
 }
 
-// DropNextResponse makes the next charge be stored and then its connection
-// cut before any answer is written: the client sees a broken connection.
-func (s *Server) DropNextResponse() { s.mu.Lock(); s.drop++; s.mu.Unlock() }
-
-// HangNextResponse makes the next charge be stored and then its answer held
-// until the client gives up (its timeout or context), the way a slow
-// Paystack looks to the gateway.
-func (s *Server) HangNextResponse() { s.mu.Lock(); s.hang++; s.mu.Unlock() }
-
-// FailNext makes the next request (any endpoint) answer with status (e.g.
-// 500, 502, 503) before doing anything.
-func (s *Server) FailNext(status int) { s.mu.Lock(); s.fail = append(s.fail, status); s.mu.Unlock() }
-
 // Charges is how many charges the fake created for reference (0 or 1: a
 // repeat is rejected as a duplicate and not counted). Like Settle and
 // Webhook it takes our reference or the wire form paystack.WireReference
 // makes of it.
 func (s *Server) Charges(reference string) int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.counts[s.key(reference)]
+	key := s.key(reference)
+	s.mu.Unlock()
+	return s.Faults.Charges(key)
 }
 
 // key finds the stored wire reference for reference; s.mu is held.
 func (s *Server) key(reference string) string {
-	if _, ok := s.counts[reference]; ok {
+	if _, ok := s.txs[reference]; ok {
 		return reference
 	}
 	return paystack.WireReference(reference)
-}
-
-// TotalCharges is how many charges the fake created in all.
-func (s *Server) TotalCharges() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
 }
 
 // Settle finishes a pending charge with OutcomeSucceeded or OutcomeFailed.
@@ -245,18 +202,12 @@ func (s *Server) Webhook(reference string) (http.Header, []byte, error) {
 var referenceRE = regexp.MustCompile(`^[A-Za-z0-9.=-]+$`)
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if len(s.fail) > 0 {
-		status := s.fail[0]
-		s.fail = s.fail[1:]
-		s.mu.Unlock()
-		writeJSON(w, status, map[string]any{"status": false, "message": "An error occurred"})
+	if status, ok := fake.NextFailure(&s.Faults); ok {
+		fake.WriteJSON(w, status, map[string]any{"status": false, "message": "An error occurred"})
 		return
 	}
-	s.mu.Unlock()
-
 	if r.Header.Get("Authorization") != "Bearer "+SecretKey {
-		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": false, "message": "Invalid key"})
+		fake.WriteJSON(w, http.StatusUnauthorized, map[string]any{"status": false, "message": "Invalid key"})
 		return
 	}
 	switch {
@@ -265,7 +216,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/transaction/verify/"):
 		s.verify(w, r)
 	default:
-		writeJSON(w, http.StatusNotFound, map[string]any{"status": false, "message": "Not found"})
+		fake.WriteJSON(w, http.StatusNotFound, map[string]any{"status": false, "message": "Not found"})
 	}
 }
 
@@ -300,7 +251,7 @@ func (s *Server) validate(r *http.Request, path string, params map[string]string
 func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	body, err := s.validate(r, "/transaction/charge_authorization", nil)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid request: " + firstLine(err)})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid request: " + firstLine(err)})
 		return
 	}
 	var in struct {
@@ -311,15 +262,15 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		Currency          string `json:"currency"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid JSON"})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid JSON"})
 		return
 	}
 	if in.Amount <= 0 {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid Amount Sent"})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid Amount Sent"})
 		return
 	}
 	if in.Reference != "" && !referenceRE.MatchString(in.Reference) {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid character in transaction reference"})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid character in transaction reference"})
 		return
 	}
 	if in.Currency == "" {
@@ -329,7 +280,7 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if _, dup := s.txs[in.Reference]; dup && in.Reference != "" {
 		s.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, map[string]any{
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{
 			"status": false, "message": "Duplicate Transaction Reference",
 			"meta": map[string]any{"nextStep": "Try and create the Transaction or Charge with a new reference"},
 			"type": "validation_error", "code": "duplicate_reference",
@@ -348,7 +299,7 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		status, gateway = "failed", "Declined"
 	default:
 		s.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid Authorization Code"})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid Authorization Code"})
 		return
 	}
 	s.nextID++
@@ -360,36 +311,19 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	t.Customer.Email = in.Email
 	t.Authorization.AuthorizationCode, t.Authorization.Reusable = in.AuthorizationCode, true
 	s.txs[in.Reference] = t
-	s.counts[in.Reference]++
-	s.total++
+	fate := fake.Charged(&s.Faults, in.Reference)
 	answer, _ := json.Marshal(map[string]any{"status": true, "message": "Charge attempted", "data": t})
-	drop, hang := s.drop > 0, s.drop == 0 && s.hang > 0
-	if drop {
-		s.drop--
-	} else if hang {
-		s.hang--
-	}
 	s.mu.Unlock()
 
-	switch {
-	case drop:
-		cut(w)
-	case hang:
-		select {
-		case <-r.Context().Done():
-		case <-s.closing:
-		}
-	default:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(answer)
+	if !fake.Withhold(&s.Faults, w, r, fate) {
+		fake.WriteRaw(w, http.StatusOK, answer)
 	}
 }
 
 func (s *Server) verify(w http.ResponseWriter, r *http.Request) {
 	ref := strings.TrimPrefix(r.URL.Path, "/transaction/verify/")
 	if _, err := s.validate(r, "/transaction/verify/{reference}", map[string]string{"reference": ref}); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid request: " + firstLine(err)})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid request: " + firstLine(err)})
 		return
 	}
 	s.mu.Lock()
@@ -402,31 +336,10 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		// Live Paystack answers 400 here (the spec says 404); the adapter
 		// must take both, and the fake uses the live one.
-		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Transaction reference not found"})
+		fake.WriteJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Transaction reference not found"})
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(answer)
-}
-
-// cut closes the connection without an answer, as a dropped mobile link or a
-// crashed load balancer would.
-func cut(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic("paystacktest: ResponseWriter cannot hijack")
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		panic(err)
-	}
-	_ = conn.Close()
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	fake.WriteRaw(w, http.StatusOK, answer)
 }
 
 func firstLine(err error) string {

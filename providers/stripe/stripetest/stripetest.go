@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"sort"
 	"strconv"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/internal/fake"
 	"github.com/oncepay/gateway/providers/stripe"
 )
 
@@ -48,23 +48,22 @@ const (
 	TokenPending           = "pm_card_processing"
 )
 
-// Server is a running fake. Its methods are safe for concurrent use.
+// Server is a running fake. Its methods are safe for concurrent use. The
+// embedded Faults gives it Close, DropNextResponse and HangNextResponse (the
+// create is executed and stored first, so a retry with its Idempotency-Key
+// replays it), FailNext (an api_error, not stored, as when Stripe never
+// started), Charges (how many PaymentIntents carry the reference in
+// metadata) and TotalCharges.
 type Server struct {
 	// URL is the base URL to give stripe.Config.BaseURL.
 	URL string
+	fake.Faults
 
-	srv       *httptest.Server
 	mu        sync.Mutex
 	intents   []*intent // creation order
-	byRef     map[string]int
 	idem      map[string]*stored
-	total     int
 	next      int
-	drop      int
-	hang      int
-	fail      []int
 	searchLag bool
-	closing   chan struct{}
 }
 
 type intent struct {
@@ -89,53 +88,13 @@ type stored struct {
 // New starts a fake and stops it when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{byRef: map[string]int{}, idem: map[string]*stored{}, closing: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	t.Cleanup(s.Close)
+	s := &Server{idem: map[string]*stored{}}
+	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
 }
 
-// Close stops the fake; answers held by HangNextResponse are released.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.closing:
-	default:
-		close(s.closing)
-	}
-	s.mu.Unlock()
-	s.srv.Close()
-}
-
-// DropNextResponse makes the next create be executed and stored (so a retry
-// with its Idempotency-Key replays it) and then its connection cut.
-func (s *Server) DropNextResponse() { s.mu.Lock(); s.drop++; s.mu.Unlock() }
-
-// HangNextResponse makes the next create be executed and stored and its
-// answer held until the client gives up.
-func (s *Server) HangNextResponse() { s.mu.Lock(); s.hang++; s.mu.Unlock() }
-
-// FailNext makes the next request (any endpoint) answer with status and an
-// api_error before doing anything (not stored, as when Stripe never started).
-func (s *Server) FailNext(status int) { s.mu.Lock(); s.fail = append(s.fail, status); s.mu.Unlock() }
-
 // SetSearchLag makes search find nothing, as while Stripe's index lags.
 func (s *Server) SetSearchLag(lag bool) { s.mu.Lock(); s.searchLag = lag; s.mu.Unlock() }
-
-// Charges is how many PaymentIntents carry reference in metadata.
-func (s *Server) Charges(reference string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.byRef[reference]
-}
-
-// TotalCharges is how many PaymentIntents the fake created.
-func (s *Server) TotalCharges() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
-}
 
 // Settle finishes a processing intent with OutcomeSucceeded or
 // OutcomeFailed. Idempotent replays still answer the first response, as
@@ -193,15 +152,10 @@ func (s *Server) find(reference string) *intent {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if len(s.fail) > 0 {
-		status := s.fail[0]
-		s.fail = s.fail[1:]
-		s.mu.Unlock()
+	if status, ok := fake.NextFailure(&s.Faults); ok {
 		writeError(w, status, "api_error", "", "An unknown error occurred")
 		return
 	}
-	s.mu.Unlock()
 	user, _, basic := r.BasicAuth()
 	if r.Header.Get("Authorization") != "Bearer "+SecretKey && (!basic || user != SecretKey) {
 		writeError(w, http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided")
@@ -255,7 +209,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
-			writeRaw(w, st.status, st.body)
+			fake.WriteRaw(w, st.status, st.body)
 			return
 		}
 	}
@@ -291,37 +245,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		body, _ = json.Marshal(pi)
 	}
 	s.intents = append(s.intents, pi)
-	s.byRef[pi.Metadata[stripe.MetadataKey]]++
-	s.total++
+	fate := fake.Charged(&s.Faults, pi.Metadata[stripe.MetadataKey])
 	if key != "" {
 		s.idem[key] = &stored{params: params, status: status, body: body}
 	}
-	drop, hang := s.drop > 0, s.drop == 0 && s.hang > 0
-	if drop {
-		s.drop--
-	} else if hang {
-		s.hang--
-	}
 	s.mu.Unlock()
 
-	switch {
-	case drop:
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic("stripetest: ResponseWriter cannot hijack")
-		}
-		conn, _, err := hj.Hijack()
-		if err != nil {
-			panic(err)
-		}
-		_ = conn.Close()
-	case hang:
-		select {
-		case <-r.Context().Done():
-		case <-s.closing:
-		}
-	default:
-		writeRaw(w, status, body)
+	if !fake.Withhold(&s.Faults, w, r, fate) {
+		fake.WriteRaw(w, status, body)
 	}
 }
 
@@ -354,7 +285,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := json.Marshal(map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": more, "data": nonNil(out)})
 	s.mu.Unlock()
-	writeRaw(w, http.StatusOK, body)
+	fake.WriteRaw(w, http.StatusOK, body)
 }
 
 var searchRE = regexp.MustCompile(`^metadata\['([^']+)'\]:'((?:[^'\\]|\\.)*)'$`)
@@ -379,7 +310,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	body, _ := json.Marshal(map[string]any{"object": "search_result", "url": "/v1/payment_intents/search",
 		"has_more": false, "next_page": nil, "data": nonNil(out)})
 	s.mu.Unlock()
-	writeRaw(w, http.StatusOK, body)
+	fake.WriteRaw(w, http.StatusOK, body)
 }
 
 func nonNil(v []*intent) []*intent {
@@ -389,17 +320,11 @@ func nonNil(v []*intent) []*intent {
 	return v
 }
 
-func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	e := map[string]any{"type": typ, "message": msg}
 	if code != "" {
 		e["code"] = code
 	}
 	body, _ := json.Marshal(map[string]any{"error": e})
-	writeRaw(w, status, body)
+	fake.WriteRaw(w, status, body)
 }

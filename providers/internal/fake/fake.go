@@ -1,0 +1,171 @@
+// Package fake holds what the provider fakes (paystacktest, flutterwavetest,
+// stripetest) share and what is no part of any provider's wire format: the
+// httptest server's life, the injected faults (a lost answer, a held answer,
+// a failed request) and the count of charges made. Each fake's Server embeds
+// a Faults and keeps only its provider's endpoints and payloads.
+package fake
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// Faults is the shared part of a fake provider server. Its methods are safe
+// for concurrent use, and become the fake's own through embedding. What the
+// fake's handler calls (Start, NextFailure, Charged, Withhold) are functions,
+// not methods, so that they do not join the fake's API.
+type Faults struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	drop    int // answers to lose after storing
+	hang    int // answers to hold until the client gives up
+	fail    []int
+	counts  map[string]int
+	total   int
+	closing chan struct{}
+}
+
+// Start serves h on a new httptest server, stops it when the test ends and
+// returns its base URL.
+func Start(t testing.TB, f *Faults, h http.Handler) string {
+	f.mu.Lock()
+	f.closing = make(chan struct{})
+	f.counts = map[string]int{}
+	f.mu.Unlock()
+	f.srv = httptest.NewServer(h)
+	t.Cleanup(f.Close)
+	return f.srv.URL
+}
+
+// Close stops the fake; answers being held by HangNextResponse are released.
+func (f *Faults) Close() {
+	f.mu.Lock()
+	select {
+	case <-f.closing:
+	default:
+		close(f.closing)
+	}
+	f.mu.Unlock()
+	f.srv.Close()
+}
+
+// DropNextResponse makes the next charge be stored and then its connection
+// cut before any answer is written: the client sees a broken connection.
+func (f *Faults) DropNextResponse() { f.mu.Lock(); f.drop++; f.mu.Unlock() }
+
+// HangNextResponse makes the next charge be stored and then its answer held
+// until the client gives up (its timeout or context), the way a slow
+// provider looks to the gateway.
+func (f *Faults) HangNextResponse() { f.mu.Lock(); f.hang++; f.mu.Unlock() }
+
+// FailNext makes the next request (any endpoint) answer with status (e.g.
+// 500, 502, 503) before doing anything: nothing is stored.
+func (f *Faults) FailNext(status int) { f.mu.Lock(); f.fail = append(f.fail, status); f.mu.Unlock() }
+
+// Charges is how many charges the fake made for reference (as the fake
+// stored it).
+func (f *Faults) Charges(reference string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[reference]
+}
+
+// TotalCharges is how many charges the fake made in all.
+func (f *Faults) TotalCharges() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total
+}
+
+// NextFailure takes the status queued by FailNext, if there is one. The
+// fake's handler calls it first and answers with its provider's error body.
+func NextFailure(f *Faults) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.fail) == 0 {
+		return 0, false
+	}
+	status := f.fail[0]
+	f.fail = f.fail[1:]
+	return status, true
+}
+
+// Fate is what happens to the answer of a charge the fake made.
+type Fate int
+
+// The fates of an answer.
+const (
+	Answer Fate = iota // written as usual
+	Drop               // connection cut before any byte (DropNextResponse)
+	Hang               // held until the client gives up (HangNextResponse)
+)
+
+// Charged counts a charge the fake has just stored for reference and takes
+// its answer's fate: a pending DropNextResponse first, then a pending
+// HangNextResponse. The fake calls it while still holding its own lock, so
+// the charge and its count appear together.
+func Charged(f *Faults, reference string) Fate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts[reference]++
+	f.total++
+	switch {
+	case f.drop > 0:
+		f.drop--
+		return Drop
+	case f.hang > 0:
+		f.hang--
+		return Hang
+	default:
+		return Answer
+	}
+}
+
+// Withhold carries out a Drop or a Hang and reports true; for Answer it does
+// nothing and reports false, and the fake writes its answer.
+func Withhold(f *Faults, w http.ResponseWriter, r *http.Request, fate Fate) bool {
+	switch fate {
+	case Drop:
+		cut(w)
+	case Hang:
+		select {
+		case <-r.Context().Done():
+		case <-f.closing:
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// cut closes the connection without an answer, as a dropped mobile link or a
+// crashed load balancer would.
+func cut(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("fake: ResponseWriter cannot hijack")
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(err)
+	}
+	_ = conn.Close()
+}
+
+// WriteJSON answers status with v encoded as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteRaw answers status with body, already JSON.
+func WriteRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
