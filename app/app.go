@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -16,6 +17,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/metrics"
+	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/config"
 	_ "github.com/oncepay/gateway/docs" // registers the generated spec for the Swagger UI
 	"github.com/oncepay/gateway/idempotency"
@@ -51,6 +54,15 @@ type App struct {
 	// Scheduler runs the sweeper and the purge; Serve starts and stops it.
 	// Tests trigger a sweep with Scheduler.Sweeper().RunOnce(ctx).
 	Scheduler *scheduler.Scheduler
+	// Metrics are the Prometheus collectors; nil when METRICS_ENABLED=false.
+	Metrics *metrics.Metrics
+	// RateLimiter limits /v1 merchant routes per merchant; nil when
+	// RATE_LIMIT_PER_SECOND=0. Tests make time pass with SetClock.
+	RateLimiter *ratelimit.Limiter
+
+	// metricsLn and metricsSrv serve /metrics on METRICS_ADDR, when set.
+	metricsLn  net.Listener
+	metricsSrv *http.Server
 }
 
 // New opens the database, applies migrations and builds the HTTP app.
@@ -84,6 +96,17 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	reg.Register(stripe.Name, stripe.RequiredSecrets, stripe.New(stripe.Config{
 		BaseURL: cfg.Provider.StripeBaseURL, Timeout: cfg.Provider.Timeout}))
 
+	if cfg.Metrics.Enabled {
+		sqlDB, err := db.DB()
+		if err != nil {
+			return nil, err
+		}
+		a.Metrics = metrics.New(metrics.Options{DB: sqlDB, Providers: reg.Names()})
+	}
+	if cfg.Limits.RatePerSecond > 0 {
+		a.RateLimiter = ratelimit.New(ratelimit.Config{Rate: cfg.Limits.RatePerSecond, Burst: cfg.Limits.Burst})
+	}
+
 	var err error
 	a.Tenants, err = tenants.NewService(db, reg, tenants.Config{
 		MasterKey:      cfg.Secrets.MasterKey,
@@ -100,12 +123,17 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		return nil, err
 	}
 	a.Keys = idempotency.NewStore(db)
-	a.Payments = payments.NewService(db, a.Keys, accounts{a.Tenants}, payments.Config{
+	paymentsCfg := payments.Config{
 		ReviewAfter: cfg.Schedule.ReviewAfter,
 		Lease:       cfg.Payments.Lease,
 		Log:         log,
-	})
-	a.Scheduler, err = scheduler.New(scheduler.Config{
+	}
+	if a.Metrics != nil {
+		paymentsCfg.Observe = a.Metrics.ObservePayment
+		paymentsCfg.ObserveProvider = a.Metrics.ObserveProvider
+	}
+	a.Payments = payments.NewService(db, a.Keys, accounts{a.Tenants}, paymentsCfg)
+	schedulerCfg := scheduler.Config{
 		DB:            db,
 		Keys:          a.Keys,
 		Settler:       a.Payments,
@@ -118,7 +146,12 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		PurgeBatch:    cfg.Schedule.PurgeBatch,
 		KeyTTL:        cfg.Schedule.KeyTTL,
 		StopTimeout:   cfg.ShutdownTimeout,
-	})
+	}
+	if a.Metrics != nil {
+		schedulerCfg.Observe = a.Metrics.ObserveJob
+		schedulerCfg.ObserveRun = a.Metrics.ObserveJobRun
+	}
+	a.Scheduler, err = scheduler.New(schedulerCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +166,16 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		IdleTimeout:           120 * time.Second,
 	})
 	a.routes()
+	if a.Metrics != nil && cfg.Metrics.Addr != "" {
+		// Bound now, so a bad address fails at start and MetricsAddr is
+		// known before Serve; connections queue until Serve accepts them.
+		if a.metricsLn, err = net.Listen("tcp", cfg.Metrics.Addr); err != nil {
+			return nil, fmt.Errorf("app: METRICS_ADDR: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.Metrics.Handler())
+		a.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
 	return a, nil
 }
 
@@ -150,11 +193,22 @@ func (a accounts) Provider(ctx context.Context, merchantID, name string) (provid
 
 func (a *App) routes() {
 	f := a.fiber
-	f.Use(requestID(), recoverer(a.log), accessLog(a.log))
+	if a.Metrics != nil {
+		// Outside the recoverer and the access log, so it counts the status
+		// the client gets, a recovered panic's 500 included.
+		f.Use(requestID(), a.Metrics.Middleware(), recoverer(a.log), accessLog(a.log))
+	} else {
+		f.Use(requestID(), recoverer(a.log), accessLog(a.log))
+	}
 
 	h := health{db: a.db}
 	f.Get("/healthz", h.healthz)
 	f.Get("/readyz", h.readyz)
+	if a.Metrics != nil && a.cfg.Metrics.Addr == "" {
+		// Not behind merchant auth: scrapers hold no token. Keep the port
+		// off the public edge, or set METRICS_ADDR to a private listener.
+		f.Get("/metrics", a.Metrics.FiberHandler())
+	}
 
 	// Swagger UI at /swagger/ (index.html) and the raw spec at
 	// /swagger/doc.json. The spec URL is fixed, and X-Forwarded-Prefix is
@@ -183,14 +237,24 @@ func (a *App) routes() {
 	// middleware for every later route under its prefix.
 	th.TokenRoutes(v1)
 	ph.WebhookRoutes(v1)
-	merchant := v1.Group("", th.RequireMerchant())
+	merchantMW := []fiber.Handler{th.RequireMerchant()}
+	if a.RateLimiter != nil {
+		// After auth (keyed by the verified merchant id) and before the
+		// idempotency claim: a limited request stores nothing.
+		merchantMW = append(merchantMW, a.RateLimiter.Middleware(tenants.MerchantID))
+	}
+	merchant := v1.Group("", merchantMW...)
 	th.MerchantRoutes(merchant)
 
-	idem := idempotency.Middleware(idempotency.Config{
+	idemCfg := idempotency.Config{
 		Store: a.Keys,
 		Lease: a.cfg.Payments.Lease,
 		Scope: tenants.MerchantID,
-	})
+	}
+	if a.Metrics != nil {
+		idemCfg.Observe = a.Metrics.ObserveIdempotency
+	}
+	idem := idempotency.Middleware(idemCfg)
 	ph.Routes(merchant, idem)
 }
 
@@ -206,6 +270,13 @@ func (a *App) DB() *gorm.DB { return a.db }
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- a.fiber.Listener(ln) }()
+	if a.metricsSrv != nil {
+		go func() {
+			if err := a.metricsSrv.Serve(a.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("metrics listener stopped", "addr", a.metricsLn.Addr().String(), "err", err)
+			}
+		}()
+	}
 	a.Scheduler.Start()
 	select {
 	case err := <-errc:
@@ -225,13 +296,26 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close stops the scheduler (if Serve did not already) and releases the
-// database.
+// Close stops the scheduler (if Serve did not already), closes the
+// metrics listener and releases the database.
 func (a *App) Close() error {
 	if a.Scheduler != nil {
 		_ = a.Scheduler.Stop()
 	}
+	if a.metricsSrv != nil {
+		_ = a.metricsSrv.Close()
+		_ = a.metricsLn.Close() // in case Serve never ran
+	}
 	return database.Close(a.db)
+}
+
+// MetricsAddr is the address of the separate metrics listener
+// (METRICS_ADDR), or nil when /metrics is on the main listener or off.
+func (a *App) MetricsAddr() net.Addr {
+	if a.metricsLn == nil {
+		return nil
+	}
+	return a.metricsLn.Addr()
 }
 
 // NewWithDB builds the app on an already open and migrated database, for

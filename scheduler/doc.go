@@ -100,5 +100,6 @@
 // # Observing
 //
 // Each run writes one log line with its counts (Counts) and passes them to
-// Config.Observe, where metrics plug in.
+// Config.Observe, and its duration and error to Config.ObserveRun, where
+// metrics plug in.
 package scheduler

@@ -59,6 +59,10 @@ type Config struct {
 	// Observe, if set, is called after each run of a job with its counts,
 	// for metrics. It must not block.
 	Observe func(job string, c Counts)
+	// ObserveRun, if set, is called after each run of a job with how long
+	// it took and the error it ended with (context.Canceled at shutdown),
+	// for metrics. It must not block.
+	ObserveRun func(job string, d time.Duration, err error)
 	// Now is the clock; it must agree with Keys' clock. nil: time.Now.
 	Now func() time.Time
 
@@ -257,6 +261,9 @@ func report(ctx context.Context, cfg *Config, job string, c Counts, d time.Durat
 	cfg.Log.Log(ctx, level, "scheduler: "+job+" run", attrs...)
 	if cfg.Observe != nil {
 		cfg.Observe(job, c)
+	}
+	if cfg.ObserveRun != nil {
+		cfg.ObserveRun(job, d, err)
 	}
 }
 
