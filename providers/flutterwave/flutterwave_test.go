@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,41 +37,26 @@ func chargeReq(ref, method string) providers.ChargeRequest {
 func TestConformance(t *testing.T) {
 	fake := flutterwavetest.New(t)
 	providertest.Run(t, providertest.Harness{
-		New:              func(t *testing.T) providers.Provider { return newProvider(t, fake.URL, flutterwavetest.SecretKey, 0) },
-		SuccessMethod:    flutterwavetest.TokenSuccess,
-		DeclineMethod:    flutterwavetest.TokenDecline,
-		PendingMethod:    flutterwavetest.TokenPending,
-		DropNextResponse: fake.DropNextResponse,
-		Charges:          fake.Charges,
+		New:                     func(t *testing.T) providers.Provider { return newProvider(t, fake.URL, flutterwavetest.SecretKey, 0) },
+		SuccessMethod:           flutterwavetest.TokenSuccess,
+		DeclineMethod:           flutterwavetest.TokenDecline,
+		PendingMethod:           flutterwavetest.TokenPending,
+		InsufficientFundsMethod: flutterwavetest.TokenInsufficientFunds,
+		DeclineCode:             "card_declined",
+		DropNextResponse:        fake.DropNextResponse,
+		HangNextResponse:        fake.HangNextResponse,
+		FailNext:                fake.FailNext,
+		Charges:                 fake.Charges,
+		Settle:                  fake.Settle,
+		NewWith:                 newProvider,
+		URL:                     fake.URL,
+		SecretKey:               flutterwavetest.SecretKey,
+		Rejected: map[string]providers.ChargeRequest{
+			"ValidationError": {Reference: "ref-noemail", Amount: 5000, Currency: "NGN", PaymentMethod: flutterwavetest.TokenSuccess},
+			"UnknownCurrency": {Reference: "ref-cur", Amount: 5000, Currency: "ZZZ", Email: "a@b.c", PaymentMethod: flutterwavetest.TokenSuccess},
+		},
+		DuplicateIsLookedUp: true,
 	})
-}
-
-func TestCharge(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	p := newProvider(t, fake.URL, flutterwavetest.SecretKey, 0)
-	tests := []struct {
-		name, method string
-		outcome      providers.Outcome
-		code         string
-	}{
-		{"SuccessIsSucceeded", flutterwavetest.TokenSuccess, providers.OutcomeSucceeded, ""},
-		{"DeclineIsFailedCardDeclined", flutterwavetest.TokenDecline, providers.OutcomeFailed, "card_declined"},
-		{"InsufficientFundsIsMapped", flutterwavetest.TokenInsufficientFunds, providers.OutcomeFailed, "insufficient_funds"},
-		{"PendingIsPending", flutterwavetest.TokenPending, providers.OutcomePending, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ref := providers.Reference("m1", tt.name)
-			res, err := p.Charge(context.Background(), chargeReq(ref, tt.method))
-			require.NoError(t, err)
-			require.Equal(t, tt.outcome, res.Outcome)
-			require.Equal(t, tt.code, res.FailureCode)
-			require.NotEmpty(t, res.TransactionID)
-			require.Equal(t, 1, fake.Charges(ref))
-		})
-	}
 }
 
 // TestChargeSendsMajorUnitsAsJSONNumber pins the wire amount: 5000 kobo is
@@ -99,125 +83,6 @@ func TestChargeSendsMajorUnitsAsJSONNumber(t *testing.T) {
 	require.Equal(t, []string{"50.00", "1.234", "500"}, got)
 }
 
-func TestChargeErrors(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	good := func() providers.Provider { return newProvider(t, fake.URL, flutterwavetest.SecretKey, 0) }
-	tests := []struct {
-		name  string
-		setup func() providers.Provider
-		req   providers.ChargeRequest
-		class error
-	}{
-		{"BadKeyIsNotCharged", func() providers.Provider { return newProvider(t, fake.URL, "FLWSECK_TEST-wrong", 0) },
-			chargeReq("ref-badkey", flutterwavetest.TokenSuccess), providers.ErrNotCharged},
-		{"ServerErrorIsUnknown", func() providers.Provider { fake.FailNext(http.StatusInternalServerError); return good() },
-			chargeReq("ref-500", flutterwavetest.TokenSuccess), providers.ErrUnknown},
-		{"GatewayTimeout503IsUnknown", func() providers.Provider { fake.FailNext(http.StatusServiceUnavailable); return good() },
-			chargeReq("ref-503", flutterwavetest.TokenSuccess), providers.ErrUnknown},
-		{"ValidationErrorIsNotCharged", good,
-			providers.ChargeRequest{Reference: "ref-noemail", Amount: 5000, Currency: "NGN", PaymentMethod: flutterwavetest.TokenSuccess},
-			providers.ErrNotCharged},
-		{"UnknownCurrencyIsNotCharged", good,
-			providers.ChargeRequest{Reference: "ref-cur", Amount: 5000, Currency: "ZZZ", Email: "a@b.c", PaymentMethod: flutterwavetest.TokenSuccess},
-			providers.ErrNotCharged},
-		{"ConnectionRefusedIsNotCharged", func() providers.Provider { return newProvider(t, refusedURL(t), flutterwavetest.SecretKey, 0) },
-			chargeReq("ref-refused", flutterwavetest.TokenSuccess), providers.ErrNotCharged},
-	}
-	for _, tt := range tests {
-		// Sequential: FailNext is a property of the shared fake.
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.setup().Charge(context.Background(), tt.req)
-			providertest.RequireClass(t, err, tt.class)
-			require.NotContains(t, err.Error(), flutterwavetest.SecretKey)
-			require.Equal(t, 0, fake.Charges(tt.req.Reference))
-		})
-	}
-}
-
-func TestTimeoutAfterStoreThenRetryChargesOnce(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	ref := providers.Reference("m1", "timeout")
-	fake.HangNextResponse()
-	// A short timeout only so the test does not wait 20s; nothing asserts
-	// on time.
-	_, err := newProvider(t, fake.URL, flutterwavetest.SecretKey, 100*time.Millisecond).Charge(context.Background(), chargeReq(ref, flutterwavetest.TokenDecline))
-	providertest.RequireClass(t, err, providers.ErrUnknown)
-	require.Equal(t, 1, fake.Charges(ref))
-
-	res, err := newProvider(t, fake.URL, flutterwavetest.SecretKey, 0).Charge(context.Background(), chargeReq(ref, flutterwavetest.TokenDecline))
-	require.NoError(t, err)
-	require.Equal(t, providers.OutcomeFailed, res.Outcome)
-	require.Equal(t, 1, fake.Charges(ref))
-}
-
-func TestDuplicateReference(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	p := newProvider(t, fake.URL, flutterwavetest.SecretKey, 0)
-	ctx := context.Background()
-
-	t.Run("SameChargeReturnsFirstOutcome", func(t *testing.T) {
-		ref := providers.Reference("m1", "dup-same")
-		first, err := p.Charge(ctx, chargeReq(ref, flutterwavetest.TokenSuccess))
-		require.NoError(t, err)
-		again, err := p.Charge(ctx, chargeReq(ref, flutterwavetest.TokenDecline))
-		require.NoError(t, err)
-		require.Equal(t, first, again)
-		require.Equal(t, 1, fake.Charges(ref))
-	})
-	t.Run("DifferentAmountIsConflictNotRelease", func(t *testing.T) {
-		ref := providers.Reference("m1", "dup-other")
-		_, err := p.Charge(ctx, chargeReq(ref, flutterwavetest.TokenSuccess))
-		require.NoError(t, err)
-		other := chargeReq(ref, flutterwavetest.TokenSuccess)
-		other.Amount = 5001
-		_, err = p.Charge(ctx, other)
-		providertest.RequireClass(t, err, providers.ErrUnknown)
-		require.ErrorIs(t, err, providers.ErrReferenceConflict)
-	})
-}
-
-func TestLookup(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	p := newProvider(t, fake.URL, flutterwavetest.SecretKey, 0)
-	ctx := context.Background()
-
-	t.Run("UnknownReferenceIsNotFound", func(t *testing.T) {
-		res, err := p.Lookup(ctx, providers.Reference("m1", "never"))
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomeNotFound, res.Outcome)
-	})
-	t.Run("SettledPendingIsSeen", func(t *testing.T) {
-		ref := providers.Reference("m1", "settle")
-		res, err := p.Charge(ctx, chargeReq(ref, flutterwavetest.TokenPending))
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomePending, res.Outcome)
-		require.NoError(t, fake.Settle(ref, providers.OutcomeFailed))
-		res, err = p.Lookup(ctx, ref)
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomeFailed, res.Outcome)
-	})
-	t.Run("BadKeyIsNotCharged", func(t *testing.T) {
-		_, err := newProvider(t, fake.URL, "wrong", 0).Lookup(ctx, "x")
-		providertest.RequireClass(t, err, providers.ErrNotCharged)
-	})
-	t.Run("ConnectionRefusedIsNotCharged", func(t *testing.T) {
-		_, err := newProvider(t, refusedURL(t), flutterwavetest.SecretKey, 0).Lookup(ctx, "x")
-		providertest.RequireClass(t, err, providers.ErrNotCharged)
-	})
-}
-
-func TestLookupServerErrorIsUnknown(t *testing.T) {
-	t.Parallel()
-	fake := flutterwavetest.New(t)
-	fake.FailNext(http.StatusServiceUnavailable)
-	_, err := newProvider(t, fake.URL, flutterwavetest.SecretKey, 0).Lookup(context.Background(), "x")
-	providertest.RequireClass(t, err, providers.ErrUnknown)
-}
-
 func TestNewRequiresBothSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := flutterwave.New(flutterwave.Config{})(providers.Secrets{"secret_key": "k"})
@@ -241,34 +106,16 @@ func TestVerifyWebhook(t *testing.T) {
 		return q
 	}
 
-	tests := []struct {
-		name   string
-		p      providers.Provider
-		header http.Header
-		body   []byte
-		err    error
-	}{
-		{"BothHeadersValid", p, header, body, nil},
-		{"VerifHashAloneValid", p, only("Verif-Hash"), body, nil},
-		{"SignatureAloneValid", p, only("Flutterwave-Signature"), body, nil},
-		{"TamperedBodyFailsSignature", p, header, append([]byte(" "), body...), providers.ErrBadSignature},
-		{"WrongSecret", otherHash(), header, body, providers.ErrBadSignature},
-		{"WrongVerifHash", p, http.Header{"Verif-Hash": {"nope"}}, body, providers.ErrBadSignature},
-		{"NoHeaders", p, http.Header{}, body, providers.ErrBadSignature},
-		{"SignedGarbageIsBadPayload", p, http.Header{"Verif-Hash": {flutterwavetest.SecretHash}}, []byte("{"), providers.ErrBadPayload},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ev, err := tt.p.VerifyWebhook(tt.header, tt.body)
-			if tt.err != nil {
-				require.ErrorIs(t, err, tt.err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, providers.Event{Type: "charge.completed", Reference: ref}, ev)
-		})
-	}
+	providertest.RunWebhookCases(t, providers.Event{Type: "charge.completed", Reference: ref}, []providertest.WebhookCase{
+		{Name: "BothHeadersValid", Provider: p, Header: header, Body: body},
+		{Name: "VerifHashAloneValid", Provider: p, Header: only("Verif-Hash"), Body: body},
+		{Name: "SignatureAloneValid", Provider: p, Header: only("Flutterwave-Signature"), Body: body},
+		{Name: "TamperedBodyFailsSignature", Provider: p, Header: header, Body: append([]byte(" "), body...), Err: providers.ErrBadSignature},
+		{Name: "WrongSecret", Provider: otherHash(), Header: header, Body: body, Err: providers.ErrBadSignature},
+		{Name: "WrongVerifHash", Provider: p, Header: http.Header{"Verif-Hash": {"nope"}}, Body: body, Err: providers.ErrBadSignature},
+		{Name: "NoHeaders", Provider: p, Header: http.Header{}, Body: body, Err: providers.ErrBadSignature},
+		{Name: "SignedGarbageIsBadPayload", Provider: p, Header: http.Header{"Verif-Hash": {flutterwavetest.SecretHash}}, Body: []byte("{"), Err: providers.ErrBadPayload},
+	})
 }
 
 func TestParseEventLegacyFlatPayload(t *testing.T) {
@@ -300,13 +147,4 @@ func FuzzVerifyWebhook(f *testing.F) {
 			require.True(t, verif == "hash" || sign || strings.TrimSpace(sig) == base64.StdEncoding.EncodeToString(flutterwave.Sign("hash", body)))
 		}
 	})
-}
-
-func refusedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr
 }

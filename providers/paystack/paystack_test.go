@@ -3,7 +3,6 @@ package paystack_test
 import (
 	"context"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -30,158 +29,25 @@ func chargeReq(ref, method string) providers.ChargeRequest {
 func TestConformance(t *testing.T) {
 	fake := paystacktest.New(t)
 	providertest.Run(t, providertest.Harness{
-		New:              func(t *testing.T) providers.Provider { return newProvider(t, fake.URL, paystacktest.SecretKey, 0) },
-		SuccessMethod:    paystacktest.TokenSuccess,
-		DeclineMethod:    paystacktest.TokenDecline,
-		PendingMethod:    paystacktest.TokenPending,
-		DropNextResponse: fake.DropNextResponse,
-		Charges:          fake.Charges,
+		New:                     func(t *testing.T) providers.Provider { return newProvider(t, fake.URL, paystacktest.SecretKey, 0) },
+		SuccessMethod:           paystacktest.TokenSuccess,
+		DeclineMethod:           paystacktest.TokenDecline,
+		PendingMethod:           paystacktest.TokenPending,
+		InsufficientFundsMethod: paystacktest.TokenInsufficientFunds,
+		DeclineCode:             "card_declined",
+		DropNextResponse:        fake.DropNextResponse,
+		HangNextResponse:        fake.HangNextResponse,
+		FailNext:                fake.FailNext,
+		Charges:                 fake.Charges,
+		Settle:                  fake.Settle,
+		NewWith:                 newProvider,
+		URL:                     fake.URL,
+		SecretKey:               paystacktest.SecretKey,
+		Rejected: map[string]providers.ChargeRequest{
+			"SpecViolation": {Reference: "ref-eur", Amount: 5000, Currency: "EUR", Email: "a@example.com", PaymentMethod: paystacktest.TokenSuccess},
+		},
+		DuplicateIsLookedUp: true,
 	})
-}
-
-func TestCharge(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	p := newProvider(t, fake.URL, paystacktest.SecretKey, 0)
-	tests := []struct {
-		name, method string
-		outcome      providers.Outcome
-		code         string
-	}{
-		{"SuccessIsSucceeded", paystacktest.TokenSuccess, providers.OutcomeSucceeded, ""},
-		{"DeclineIsFailedCardDeclined", paystacktest.TokenDecline, providers.OutcomeFailed, "card_declined"},
-		{"InsufficientFundsIsMapped", paystacktest.TokenInsufficientFunds, providers.OutcomeFailed, "insufficient_funds"},
-		{"PendingIsPending", paystacktest.TokenPending, providers.OutcomePending, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ref := providers.Reference("m1", tt.name)
-			res, err := p.Charge(context.Background(), chargeReq(ref, tt.method))
-			require.NoError(t, err)
-			require.Equal(t, tt.outcome, res.Outcome)
-			require.Equal(t, tt.code, res.FailureCode)
-			require.NotEmpty(t, res.TransactionID)
-			require.Equal(t, 1, fake.Charges(ref))
-		})
-	}
-}
-
-func TestChargeErrors(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	tests := []struct {
-		name  string
-		setup func() providers.Provider
-		req   providers.ChargeRequest
-		class error
-	}{
-		{"BadKeyIsNotCharged", func() providers.Provider { return newProvider(t, fake.URL, "sk_test_wrong", 0) },
-			chargeReq("ref-badkey", paystacktest.TokenSuccess), providers.ErrNotCharged},
-		{"ServerErrorIsUnknown", func() providers.Provider {
-			fake.FailNext(http.StatusInternalServerError)
-			return newProvider(t, fake.URL, paystacktest.SecretKey, 0)
-		}, chargeReq("ref-500", paystacktest.TokenSuccess), providers.ErrUnknown},
-		{"SpecViolationIsNotCharged", func() providers.Provider { return newProvider(t, fake.URL, paystacktest.SecretKey, 0) },
-			providers.ChargeRequest{Reference: "ref-eur", Amount: 5000, Currency: "EUR", Email: "a@example.com", PaymentMethod: paystacktest.TokenSuccess},
-			providers.ErrNotCharged},
-		{"ConnectionRefusedIsNotCharged", func() providers.Provider { return newProvider(t, refusedURL(t), paystacktest.SecretKey, 0) },
-			chargeReq("ref-refused", paystacktest.TokenSuccess), providers.ErrNotCharged},
-	}
-	for _, tt := range tests {
-		// Sequential: FailNext is a property of the shared fake.
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.setup().Charge(context.Background(), tt.req)
-			providertest.RequireClass(t, err, tt.class)
-			require.NotContains(t, err.Error(), paystacktest.SecretKey)
-			require.Equal(t, 0, fake.Charges(tt.req.Reference))
-		})
-	}
-}
-
-func TestTimeoutAfterStoreThenRetryChargesOnce(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	ref := providers.Reference("m1", "timeout")
-	fake.HangNextResponse()
-	// A short timeout only so the test does not wait 20s; nothing asserts
-	// on time.
-	_, err := newProvider(t, fake.URL, paystacktest.SecretKey, 100*time.Millisecond).Charge(context.Background(), chargeReq(ref, paystacktest.TokenSuccess))
-	providertest.RequireClass(t, err, providers.ErrUnknown)
-	require.Equal(t, 1, fake.Charges(ref))
-
-	res, err := newProvider(t, fake.URL, paystacktest.SecretKey, 0).Charge(context.Background(), chargeReq(ref, paystacktest.TokenSuccess))
-	require.NoError(t, err)
-	require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
-	require.Equal(t, 1, fake.Charges(ref))
-}
-
-func TestDuplicateReference(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	p := newProvider(t, fake.URL, paystacktest.SecretKey, 0)
-	ctx := context.Background()
-
-	t.Run("SameChargeReturnsFirstOutcome", func(t *testing.T) {
-		ref := providers.Reference("m1", "dup-same")
-		first, err := p.Charge(ctx, chargeReq(ref, paystacktest.TokenDecline))
-		require.NoError(t, err)
-		// Even with another token the answer is the first charge's.
-		again, err := p.Charge(ctx, chargeReq(ref, paystacktest.TokenSuccess))
-		require.NoError(t, err)
-		require.Equal(t, first, again)
-		require.Equal(t, 1, fake.Charges(ref))
-	})
-	t.Run("DifferentAmountIsConflictNotRelease", func(t *testing.T) {
-		ref := providers.Reference("m1", "dup-other")
-		_, err := p.Charge(ctx, chargeReq(ref, paystacktest.TokenSuccess))
-		require.NoError(t, err)
-		other := chargeReq(ref, paystacktest.TokenSuccess)
-		other.Amount = 9999
-		_, err = p.Charge(ctx, other)
-		providertest.RequireClass(t, err, providers.ErrUnknown)
-		require.ErrorIs(t, err, providers.ErrReferenceConflict)
-		require.Equal(t, 1, fake.Charges(ref))
-	})
-}
-
-func TestLookup(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	p := newProvider(t, fake.URL, paystacktest.SecretKey, 0)
-	ctx := context.Background()
-
-	t.Run("UnknownReferenceIsNotFound", func(t *testing.T) {
-		res, err := p.Lookup(ctx, providers.Reference("m1", "never"))
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomeNotFound, res.Outcome)
-	})
-	t.Run("SettledPendingIsSeen", func(t *testing.T) {
-		ref := providers.Reference("m1", "settle")
-		res, err := p.Charge(ctx, chargeReq(ref, paystacktest.TokenPending))
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomePending, res.Outcome)
-		require.NoError(t, fake.Settle(ref, providers.OutcomeSucceeded))
-		res, err = p.Lookup(ctx, ref)
-		require.NoError(t, err)
-		require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
-	})
-	t.Run("BadKeyIsNotCharged", func(t *testing.T) {
-		_, err := newProvider(t, fake.URL, "sk_test_wrong", 0).Lookup(ctx, "x")
-		providertest.RequireClass(t, err, providers.ErrNotCharged)
-	})
-	t.Run("ConnectionRefusedIsNotCharged", func(t *testing.T) {
-		_, err := newProvider(t, refusedURL(t), paystacktest.SecretKey, 0).Lookup(ctx, "x")
-		providertest.RequireClass(t, err, providers.ErrNotCharged)
-	})
-}
-
-func TestLookupServerErrorIsUnknown(t *testing.T) {
-	t.Parallel()
-	fake := paystacktest.New(t)
-	fake.FailNext(http.StatusBadGateway)
-	_, err := newProvider(t, fake.URL, paystacktest.SecretKey, 0).Lookup(context.Background(), "x")
-	providertest.RequireClass(t, err, providers.ErrUnknown)
 }
 
 func TestNewRequiresSecretKey(t *testing.T) {
@@ -201,30 +67,16 @@ func TestVerifyWebhook(t *testing.T) {
 	header, body, err := fake.Webhook(ref)
 	require.NoError(t, err)
 
-	t.Run("ValidSignature", func(t *testing.T) {
-		ev, err := p.VerifyWebhook(header, body)
-		require.NoError(t, err)
-		require.Equal(t, providers.Event{Type: "charge.success", Reference: ref}, ev)
-	})
-	t.Run("TamperedBody", func(t *testing.T) {
-		tampered := append([]byte(nil), body...)
-		tampered[len(tampered)/2] ^= 1
-		_, err := p.VerifyWebhook(header, tampered)
-		require.ErrorIs(t, err, providers.ErrBadSignature)
-	})
-	t.Run("WrongSecret", func(t *testing.T) {
-		_, err := newProvider(t, fake.URL, "sk_test_other", 0).VerifyWebhook(header, body)
-		require.ErrorIs(t, err, providers.ErrBadSignature)
-	})
-	t.Run("MissingHeader", func(t *testing.T) {
-		_, err := p.VerifyWebhook(http.Header{}, body)
-		require.ErrorIs(t, err, providers.ErrBadSignature)
-	})
-	t.Run("SignedGarbageIsBadPayload", func(t *testing.T) {
-		garbage := []byte("not json")
-		h := http.Header{"X-Paystack-Signature": {hex.EncodeToString(paystack.Sign(paystacktest.SecretKey, garbage))}}
-		_, err := p.VerifyWebhook(h, garbage)
-		require.ErrorIs(t, err, providers.ErrBadPayload)
+	garbage := []byte("not json")
+	signedGarbage := http.Header{"X-Paystack-Signature": {hex.EncodeToString(paystack.Sign(paystacktest.SecretKey, garbage))}}
+	tampered := append([]byte(nil), body...)
+	tampered[len(tampered)/2] ^= 1
+	providertest.RunWebhookCases(t, providers.Event{Type: "charge.success", Reference: ref}, []providertest.WebhookCase{
+		{Name: "ValidSignature", Provider: p, Header: header, Body: body},
+		{Name: "TamperedBody", Provider: p, Header: header, Body: tampered, Err: providers.ErrBadSignature},
+		{Name: "WrongSecret", Provider: newProvider(t, fake.URL, "sk_test_other", 0), Header: header, Body: body, Err: providers.ErrBadSignature},
+		{Name: "MissingHeader", Provider: p, Header: http.Header{}, Body: body, Err: providers.ErrBadSignature},
+		{Name: "SignedGarbageIsBadPayload", Provider: p, Header: signedGarbage, Body: garbage, Err: providers.ErrBadPayload},
 	})
 	t.Run("OtherEventHasNoReference", func(t *testing.T) {
 		b := []byte(`{"event":"transfer.success","data":{"reference":"trf_1"}}`)
@@ -256,17 +108,6 @@ func FuzzVerifyWebhook(f *testing.F) {
 			require.NotEmpty(t, ev.Type)
 		}
 	})
-}
-
-// refusedURL is the address of a listener that has been closed: dialing it
-// is refused, like a provider that is down before anything is sent.
-func refusedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr
 }
 
 func TestWireReference(t *testing.T) {
