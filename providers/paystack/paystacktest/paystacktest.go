@@ -15,13 +15,12 @@
 package paystacktest
 
 import (
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -48,9 +47,12 @@ const (
 	TokenPending           = "AUTH_pending"      // data.status pending until Settle
 )
 
-// SpecPath is where the Paystack spec lives relative to the directory that
-// holds the repository (shared/ is a sibling of the repo).
-const SpecPath = "shared/specs/paystack/paystack.yaml"
+// Spec is Paystack's official OpenAPI spec (MIT, see testdata/LICENSE),
+// vendored from the project's shared/specs/paystack so the fake validates
+// every request against it wherever the tests run.
+//
+//go:embed testdata/paystack.yaml
+var Spec []byte
 
 // Server is a running fake. Its methods are safe for concurrent use. The
 // embedded Faults gives it Close, DropNextResponse, HangNextResponse,
@@ -106,37 +108,11 @@ func New(t testing.TB) *Server {
 	return s
 }
 
-// FindSpec walks up from the working directory looking for SpecPath in each
-// ancestor, so it works from any package of the repo and from a CI clone
-// that has shared/ beside it.
-func FindSpec() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, SpecPath)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%s not found beside any parent of the working directory", SpecPath)
-		}
-		dir = parent
-	}
-}
-
 func loadSpec() (*openapi3.T, error) {
 	specOnce.Do(func() {
-		path, err := FindSpec()
-		if err != nil {
-			specErr = err
-			return
-		}
-		specDoc, specErr = openapi3.NewLoader().LoadFromFile(path)
+		specDoc, specErr = openapi3.NewLoader().LoadFromData(Spec)
 		if specErr != nil {
-			specErr = fmt.Errorf("loading %s: %w", path, specErr)
+			specErr = fmt.Errorf("loading the Paystack spec: %w", specErr)
 		}
 	})
 	return specDoc, specErr
