@@ -1,0 +1,486 @@
+// Command load is the gateway's load benchmark (`make bench`).
+//
+// It creates a throwaway PostgreSQL database, starts the real gateway
+// binary on it (simulator provider at zero latency, no rate limit), drives
+// it over loopback HTTP with concurrent clients through four scenarios —
+// new payments, replays of one key, a storm of clients on the same new key,
+// and a mix — and then runs pgbench on the same database with the SQL a new
+// payment executes, so the report can say what fraction of PostgreSQL's own
+// ceiling on this machine the gateway reaches. The report goes to stdout
+// and to <out>/<date>.md. It measures; it never fails on a number.
+//
+//	load -gateway bin/gateway [-db URL] [-duration 10s] [-clients 32] [-out bench/results]
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncepay/gateway/bench/internal/rig"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.gateway, "gateway", "bin/gateway", "gateway binary to run")
+	flag.StringVar(&o.db, "db", envOr("TEST_DATABASE_URL", rig.DefaultDatabaseURL), "PostgreSQL to create the bench database on")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each scenario")
+	flag.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients")
+	flag.IntVar(&o.conns, "conns", 20, "gateway pool size (DATABASE_MAX_CONNS) and pgbench connections")
+	flag.StringVar(&o.scenarios, "scenarios", "new,replay,storm,mix", "scenarios to run, in order")
+	flag.StringVar(&o.out, "out", "bench/results", "directory for <date>.md (empty: stdout only)")
+	flag.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (default: PATH, then /usr/lib/postgresql/*/bin)")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	gateway, db, scenarios, out, pgbench string
+	duration                             time.Duration
+	clients, conns                       int
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// result is one scenario's measurements.
+type result struct {
+	name, what string
+	elapsed    time.Duration
+	latencies  []time.Duration
+	statuses   map[int]int // HTTP status → count; 0 counts transport errors
+	replayed   int         // answers with Idempotent-Replayed: true
+}
+
+func (r result) rate() float64 { return float64(len(r.latencies)) / r.elapsed.Seconds() }
+
+func (r result) pct(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.latencies)-1) * p)
+	return r.latencies[i]
+}
+
+func run(ctx context.Context, o options) error {
+	db, err := rig.CreateDatabase(ctx, o.db, "oncepay_bench")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Drop(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: drop database:", err)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "oncepay-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	addr, err := rig.FreeAddr()
+	if err != nil {
+		return err
+	}
+	env := rig.GatewayEnv(db.URL, dir)
+	env["GATEWAY_ADDR"] = addr
+	env["DATABASE_MAX_CONNS"] = strconv.Itoa(o.conns)
+	env["LOG_LEVEL"] = "error" // an access log line per request would be measured too
+	logf, err := os.Create(filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	base := "http://" + addr
+	gw := &rig.Process{Bin: o.gateway, Args: []string{"serve"}, Env: env, Health: base + "/healthz", Log: logf}
+	if err := gw.Start(); err != nil {
+		return err
+	}
+	defer gw.Stop()
+
+	c := rig.Client(30 * time.Second)
+	m, err := rig.Onboard(ctx, c, base, map[string]any{"name": "Bench Merchant", "default_provider": "simulator"})
+	if err != nil {
+		return err
+	}
+	d := &driver{c: c, base: base, m: m, clients: o.clients, duration: o.duration}
+	// Warm up pools, caches and the JIT-free but lazy parts (prepared
+	// statements, TLS-free keep-alive connections) before measuring.
+	d.measure("warmup", "", d.newPayment("sim_success"), min(2*time.Second, o.duration))
+
+	var results []result
+	for _, name := range strings.Split(o.scenarios, ",") {
+		var r result
+		switch strings.TrimSpace(name) {
+		case "new":
+			r = d.measure("new", "a new key per request (sim_success): claim, ledger row, charge, completion", d.newPayment("sim_success"), o.duration)
+		case "replay":
+			r, err = d.replay()
+		case "storm":
+			r = d.storm()
+		case "mix":
+			r = d.measure("mix", "60% new, 10% declined (402), 20% replays of the client's earlier keys, 10% GET by id", d.mix(), o.duration)
+		default:
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: %-7s %8.0f req/s  p50 %v  p99 %v\n", r.name, r.rate(), r.pct(.5), r.pct(.99))
+		results = append(results, r)
+	}
+
+	// The gateway is stopped before pgbench so the two never share the
+	// two cores.
+	gw.Stop()
+	var ceiling []result
+	pgb := findPgbench(o.pgbench)
+	if pgb == "" {
+		fmt.Fprintln(os.Stderr, "bench: pgbench not found; the PostgreSQL ceiling is left out")
+	} else {
+		for _, s := range []struct{ name, what, sql string }{
+			{"pgbench: payment SQL", "the claim and completion transactions of a new payment (2 commits)", paymentSQL},
+			{"pgbench: + simulator row", "the same plus the simulator's charge row (3 commits, what `new` really writes)", paymentSQL + simulatorSQL},
+		} {
+			r, err := runPgbench(ctx, pgb, db.URL, s.sql, o.conns, o.duration, filepath.Join(dir, strconv.Itoa(len(ceiling))))
+			if err != nil {
+				return err
+			}
+			r.name, r.what = s.name, s.what
+			slices.Sort(r.latencies)
+			fmt.Fprintf(os.Stderr, "bench: %s %8.0f tx/s\n", r.name, r.rate())
+			ceiling = append(ceiling, r)
+		}
+	}
+	report := render(o, results, ceiling)
+	fmt.Print(report)
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(o.out, time.Now().Format("2006-01-02")+".md")
+		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "bench: report written to", path)
+	}
+	return nil
+}
+
+// driver sends requests for one merchant.
+type driver struct {
+	c        *http.Client
+	base     string
+	m        rig.Merchant
+	clients  int
+	duration time.Duration
+	seq      atomic.Int64
+}
+
+// call is one request made by worker w; it returns the HTTP status (0 for
+// a transport error), whether it was a replay, and the payment's Location.
+type call func(w int, rng *rand.Rand) (status int, replayed bool)
+
+func (d *driver) body(method string) []byte {
+	return []byte(`{"amount":5000,"currency":"NGN","email":"ada@example.com","payment_method":"` + method + `","description":"bench"}`)
+}
+
+// pay posts a payment and reports its status, replay flag and Location.
+func (d *driver) pay(key string, body []byte) (int, bool, string) {
+	req, _ := http.NewRequest(http.MethodPost, d.base+"/v1/payments", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+d.m.Token)
+	req.Header.Set("Idempotency-Key", key)
+	return d.do(req)
+}
+
+func (d *driver) do(req *http.Request) (int, bool, string) {
+	resp, err := d.c.Do(req)
+	if err != nil {
+		return 0, false, ""
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location")
+}
+
+func (d *driver) newPayment(method string) call {
+	body := d.body(method)
+	return func(int, *rand.Rand) (int, bool) {
+		s, r, _ := d.pay(fmt.Sprintf("bench-new-%d", d.seq.Add(1)), body)
+		return s, r
+	}
+}
+
+// measure runs fn in d.clients goroutines for dur and collects every
+// latency and status.
+func (d *driver) measure(name, what string, fn call, dur time.Duration) result {
+	return d.measureWith(name, what, nil, fn, dur)
+}
+
+// measureWith is measure with a step run before each timed request (the
+// storm's barrier), whose wait is not the gateway's latency; before
+// returning false ends the worker.
+func (d *driver) measureWith(name, what string, before func(stop time.Time) bool, fn call, dur time.Duration) result {
+	type part struct {
+		lat      []time.Duration
+		statuses map[int]int
+		replayed int
+	}
+	parts := make([]part, d.clients)
+	stop := time.Now().Add(dur)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range d.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := part{statuses: map[int]int{}}
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			for {
+				if before != nil {
+					if !before(stop) {
+						break
+					}
+				} else if !time.Now().Before(stop) {
+					break
+				}
+				t0 := time.Now()
+				s, rep := fn(w, rng)
+				p.lat = append(p.lat, time.Since(t0))
+				p.statuses[s]++
+				if rep {
+					p.replayed++
+				}
+			}
+			parts[w] = p
+		}()
+	}
+	wg.Wait()
+	r := result{name: name, what: what, elapsed: time.Since(start), statuses: map[int]int{}}
+	for _, p := range parts {
+		r.latencies = append(r.latencies, p.lat...)
+		for k, v := range p.statuses {
+			r.statuses[k] += v
+		}
+		r.replayed += p.replayed
+	}
+	slices.Sort(r.latencies)
+	return r
+}
+
+// replay seeds one key and has every client replay it: one SELECT per
+// request, the cheapest answer the API gives.
+func (d *driver) replay() (result, error) {
+	body := d.body("sim_success")
+	if s, _, _ := d.pay("bench-replay", body); s != http.StatusCreated {
+		return result{}, fmt.Errorf("replay seed: status %d", s)
+	}
+	return d.measure("replay", "every client replays one finished key (stored answer, Idempotent-Replayed)",
+		func(int, *rand.Rand) (int, bool) {
+			s, r, _ := d.pay("bench-replay", body)
+			return s, r
+		}, d.duration), nil
+}
+
+// storm sends rounds in which every client posts the same new key at the
+// same moment: one claims it, the others are answered 409 in use (or the
+// replay, if the owner finished first). Rounds repeat for the duration.
+func (d *driver) storm() result {
+	body := d.body("sim_success")
+	var round atomic.Int64
+	var mu sync.Mutex
+	var gate chan struct{}
+	var left int
+	next := func() string { return fmt.Sprintf("bench-storm-%d", round.Load()) }
+	// A barrier per round: the last client to arrive opens the next round.
+	// The last client to arrive decides, for everyone, whether there is
+	// another round: a worker deciding alone would leave the others waiting
+	// at the barrier for ever.
+	var over bool
+	arrive := func(stop time.Time) bool {
+		mu.Lock()
+		g := gate
+		left--
+		if left == 0 {
+			over = !time.Now().Before(stop)
+			if !over {
+				round.Add(1)
+			}
+			left = d.clients
+			gate = make(chan struct{})
+			close(g)
+			mu.Unlock()
+			return !over
+		}
+		mu.Unlock()
+		<-g
+		mu.Lock()
+		defer mu.Unlock()
+		return !over
+	}
+	gate, left = make(chan struct{}), d.clients
+	// The barrier wait is not the gateway's latency: measure only the
+	// request itself.
+	r := d.measureWith("storm", fmt.Sprintf("rounds of %d clients posting the same new key at once", d.clients), arrive,
+		func(int, *rand.Rand) (int, bool) {
+			s, rep, _ := d.pay(next(), body)
+			return s, rep
+		}, d.duration)
+	r.what += fmt.Sprintf(" (%d rounds)", round.Load())
+	return r
+}
+
+// mix is a merchant fleet's day: mostly new payments, some declines,
+// retries of keys the client already used, and reads.
+func (d *driver) mix() call {
+	ok, declined := d.body("sim_success"), d.body("sim_decline")
+	var mu sync.Mutex
+	keys := map[int][]string{}
+	ids := map[int][]string{}
+	remember := func(w int, key, loc string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(keys[w]) < 1000 {
+			keys[w] = append(keys[w], key)
+			if loc != "" {
+				ids[w] = append(ids[w], loc)
+			}
+		}
+	}
+	pick := func(w int, rng *rand.Rand, m map[int][]string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(m[w]) == 0 {
+			return ""
+		}
+		return m[w][rng.IntN(len(m[w]))]
+	}
+	return func(w int, rng *rand.Rand) (int, bool) {
+		n := rng.IntN(100)
+		switch {
+		case n < 20:
+			if key := pick(w, rng, keys); key != "" {
+				s, rep, _ := d.pay(key, ok)
+				return s, rep
+			}
+		case n < 30:
+			if loc := pick(w, rng, ids); loc != "" {
+				req, _ := http.NewRequest(http.MethodGet, d.base+loc, nil)
+				req.Header.Set("Authorization", "Bearer "+d.m.Token)
+				s, rep, _ := d.do(req)
+				return s, rep
+			}
+		case n < 40:
+			s, rep, _ := d.pay(fmt.Sprintf("bench-mix-%d", d.seq.Add(1)), declined)
+			return s, rep
+		}
+		key := fmt.Sprintf("bench-mix-%d", d.seq.Add(1))
+		s, rep, loc := d.pay(key, ok)
+		if s == http.StatusCreated {
+			remember(w, key, loc)
+		}
+		return s, rep
+	}
+}
+
+func render(o options, results, ceiling []result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Gateway benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s, %s. Gateway and clients share the machine with PostgreSQL.\n\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion(o.db))
+	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d`.\n\n",
+		o.clients, o.duration, o.conns, o.duration, o.clients)
+	b.WriteString("| scenario | req/s | p50 | p95 | p99 | answers | what |\n|---|---:|---:|---:|---:|---|---|\n")
+	row := func(r result) {
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.rate(),
+			ms(r.pct(.5)), ms(r.pct(.95)), ms(r.pct(.99)), answers(r), r.what)
+	}
+	for _, r := range results {
+		row(r)
+	}
+	for _, r := range ceiling {
+		row(r)
+	}
+	if len(ceiling) > 0 {
+		b.WriteString("\n")
+		var newRate float64
+		for _, r := range results {
+			if r.name == "new" {
+				newRate = r.rate()
+			}
+		}
+		if newRate > 0 {
+			for _, c := range ceiling {
+				fmt.Fprintf(&b, "New payments through the gateway reach **%.0f%%** of %s (%.0f tx/s, %d connections, prepared statements).\n",
+					100*newRate/c.rate(), strings.TrimPrefix(c.name, "pgbench: "), c.rate(), o.conns)
+			}
+		}
+	}
+	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func answers(r result) string {
+	if r.statuses == nil {
+		return ""
+	}
+	codes := make([]int, 0, len(r.statuses))
+	for k := range r.statuses {
+		codes = append(codes, k)
+	}
+	slices.Sort(codes)
+	var parts []string
+	for _, c := range codes {
+		label := strconv.Itoa(c)
+		switch c {
+		case 0:
+			if strings.HasPrefix(r.name, "pgbench") {
+				label = "tx"
+			} else {
+				label = "transport error"
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", label, r.statuses[c]))
+	}
+	if r.replayed > 0 {
+		parts = append(parts, fmt.Sprintf("(replayed %d)", r.replayed))
+	}
+	return strings.Join(parts, " ")
+}
+
+// pgVersion asks psql for the server version; the report is still useful
+// without it.
+func pgVersion(dbURL string) string {
+	out, err := exec.Command("psql", dbURL, "-tAc", "SHOW server_version").Output()
+	if err != nil {
+		return "PostgreSQL (version unknown)"
+	}
+	v := strings.TrimSpace(string(out))
+	if i := strings.IndexByte(v, ' '); i > 0 {
+		v = v[:i]
+	}
+	return "PostgreSQL " + v
+}

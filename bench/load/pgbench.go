@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// paymentSQL is what one new payment costs PostgreSQL on the gateway's hot
+// path, written out for pgbench: the claim's transaction (lock_timeout,
+// INSERT the key ON CONFLICT DO NOTHING, look the payment up by key, INSERT
+// the ledger row, point the key at it), then the completion's transaction
+// (finish the payment, store the answer on the key). The conditions and the
+// ~600-byte stored answer mirror idempotency/store.go and payments/store.go,
+// so the tps is the ceiling for the same work without HTTP, auth, JSON and
+// the Go code around it. Keys are random per transaction (collisions in
+// 10^15 are negligible), so every run is a new payment.
+const paymentSQL = `\set k random(1, 1000000000000000)
+BEGIN;
+SET LOCAL lock_timeout = '5s';
+INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, status_code, locked_until, lock_token, resource_id, created_at)
+  VALUES ('ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', 0, now() + interval '30 seconds', 'lock-' || :k, '', now())
+  ON CONFLICT DO NOTHING;
+SELECT * FROM payments WHERE merchant_id = 'ten_pgbench' AND idempotency_key = 'pgb-' || :client_id || '-' || :k LIMIT 1;
+INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, created_at, updated_at)
+  VALUES ('pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, now(), now());
+UPDATE idempotency_keys SET resource_id = 'pay_' || :client_id || '_' || :k
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k;
+COMMIT;
+BEGIN;
+UPDATE payments SET status = 'succeeded', failure_code = '', failure_message = '', provider_transaction_id = 'sim_' || :k, updated_at = now()
+  WHERE merchant_id = 'ten_pgbench' AND id = 'pay_' || :client_id || '_' || :k AND status IN ('processing', 'requires_review');
+UPDATE idempotency_keys SET status = 'done', status_code = 201, completed_at = now(),
+  response = convert_to('{"id":"pay_' || :client_id || '_' || :k || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
+  response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :client_id || '_' || :k || '"}'
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k;
+COMMIT;
+`
+
+// simulatorSQL is the one more write a simulator payment makes: the
+// simulator keeps its charges in the gateway's database
+// (simulator_charges), so the gateway's new-payment path on the simulator is
+// three commits, not two. Run as a second pgbench script for the fair
+// comparison.
+const simulatorSQL = `INSERT INTO simulator_charges (reference, transaction_id, amount, currency, payment_method, status, created_at)
+  VALUES ('op-pgb-' || :client_id || '-' || :k, 'sim_' || :k, 5000, 'NGN', 'sim_success', 'succeeded', now());
+`
+
+// findPgbench returns the pgbench binary: the flag, then PATH, then the
+// PostgreSQL install directories.
+func findPgbench(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p
+	}
+	m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	if len(m) > 0 {
+		return m[len(m)-1]
+	}
+	return ""
+}
+
+// runPgbench runs script for d with conns connections and returns the
+// per-transaction latencies from pgbench's own log (one line per script
+// run: client, transaction number, latency in µs, …), so percentiles are
+// computed the same way as for the gateway.
+func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d time.Duration, dir string) (result, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return result{}, err
+	}
+	sf := filepath.Join(dir, "script.sql")
+	if err := os.WriteFile(sf, []byte(script), 0o644); err != nil {
+		return result{}, err
+	}
+	prefix := filepath.Join(dir, "pgbench_log")
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", "2",
+		"-T", strconv.Itoa(secs), "-f", sf, "--log", "--log-prefix", prefix, dbURL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("pgbench: %v\n%s", err, out)
+	}
+	logs, _ := filepath.Glob(prefix + ".*")
+	var lat []time.Duration
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			return result{}, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 3 {
+				continue
+			}
+			if us, err := strconv.ParseInt(fs[2], 10, 64); err == nil {
+				lat = append(lat, time.Duration(us)*time.Microsecond)
+			}
+		}
+		f.Close()
+	}
+	if len(lat) == 0 {
+		return result{}, fmt.Errorf("pgbench wrote no transaction log:\n%s", out)
+	}
+	r := result{elapsed: time.Duration(secs) * time.Second, latencies: lat, statuses: map[int]int{0: len(lat)}}
+	return r, nil
+}
