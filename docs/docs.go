@@ -350,6 +350,26 @@ const docTemplate = `{
                 }
             }
         },
+        "/metrics": {
+            "get": {
+                "description": "HTTP requests by route template, idempotency outcomes, payments by provider and status, provider\ncall latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;\nMETRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.",
+                "produces": [
+                    "text/plain"
+                ],
+                "tags": [
+                    "health"
+                ],
+                "summary": "Prometheus metrics",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format",
+                        "schema": {
+                            "type": "string"
+                        }
+                    }
+                }
+            }
+        },
         "/readyz": {
             "get": {
                 "description": "The gateway can serve traffic: its database answers.",
@@ -484,6 +504,18 @@ const docTemplate = `{
                             "$ref": "#/definitions/problem.Problem"
                         }
                     },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/problem.Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
+                    },
                     "500": {
                         "description": "internal",
                         "schema": {
@@ -561,6 +593,18 @@ const docTemplate = `{
                         "description": "tenant_suspended",
                         "schema": {
                             "$ref": "#/definitions/problem.Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/problem.Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
                         }
                     },
                     "500": {
@@ -783,6 +827,18 @@ const docTemplate = `{
                         "description": "payment_not_found",
                         "schema": {
                             "$ref": "#/definitions/problem.Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/problem.Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
                         }
                     },
                     "500": {

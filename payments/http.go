@@ -115,7 +115,9 @@ type DeclinedProblem struct {
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Header       429 {integer} Retry-After "seconds"
 // @Router       /v1/payments/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
 	m, err := h.caller(c)
@@ -153,7 +155,9 @@ type Page struct {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Header       429 {integer} Retry-After "seconds"
 // @Router       /v1/payments [get]
 func (h *Handler) list(c *fiber.Ctx) error {
 	m, err := h.caller(c)

@@ -513,7 +513,9 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Success		200	{object}	TenantResponse
 //	@Failure		401	{object}	problem.Problem	"invalid_token"
 //	@Failure		403	{object}	problem.Problem	"tenant_suspended"
+//	@Failure		429	{object}	problem.Problem	"rate_limited (Retry-After)"
 //	@Failure		500	{object}	problem.Problem	"internal"
+//	@Header			429	{integer}	Retry-After	"seconds"
 //	@Security		BearerAuth
 //	@Router			/v1/me [get]
 func (h *Handler) me(c *fiber.Ctx) error {

@@ -178,6 +178,15 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // FiberHandler is Handler as a Fiber route handler.
+//
+// @Summary      Prometheus metrics
+// @Description  HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
+// @Description  call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
+// @Description  METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// @Tags         health
+// @Produce      plain
+// @Success      200 {string} string "Prometheus text exposition format"
+// @Router       /metrics [get]
 func (m *Metrics) FiberHandler() fiber.Handler { return adaptor.HTTPHandler(m.Handler()) }
 
 // Middleware counts and times every request by route template, method and
