@@ -1,0 +1,255 @@
+// Command fakeprovider is a standalone, Paystack-compatible fake for the
+// chaos run: a separate process, so it keeps its charges while the gateway
+// is SIGKILLed and restarted, and so the final audit asks a party the
+// gateway cannot have lied to.
+//
+// It speaks the subset of Paystack's wire format the paystack adapter uses
+// (shared/providers.md 1.7, and providers/paystack/paystacktest, whose
+// answers it copies):
+//
+//	POST /transaction/charge_authorization   Bearer <secret>; a reused reference is
+//	                                         400 "Duplicate Transaction Reference"
+//	GET  /transaction/verify/{reference}     400 "Transaction reference not found" if unknown
+//
+// The outcome is chosen by the authorization code: AUTH_success is charged,
+// AUTH_decline and AUTH_insufficient are declined (a stored transaction
+// with status "failed", no money moved). Faults are injected by flags:
+// random latency, a share of 5xx answers given before anything is stored,
+// and a share of charges stored and then answered with a cut connection.
+//
+// Two endpoints outside Paystack's API serve the harness:
+//
+//	GET /_health    200 when serving
+//	GET /_charges   {"references": {"<wire reference>": {"charges": n, "requests": n, "status": "...", "amount": n, "currency": "...", "email": "..."}},
+//	                 "customers":  {"<email>": {"charges": n, "references": ["..."]}}}
+//
+// where charges counts the times money moved (a declined transaction is 0)
+// and requests counts every charge request that reached the store
+// (duplicates included). A reference can hold one charge by construction,
+// as at Paystack; the per-customer view is what catches a double charge
+// under two references, so the chaos client gives every logical payment its
+// own customer email.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	secret := flag.String("secret", "sk_test_oncepay_chaos_000000000000000000", "accepted Bearer secret key")
+	latency := flag.Duration("latency", 0, "each request waits a uniform random time up to this")
+	failRate := flag.Float64("fail-rate", 0, "share of requests answered 500/502/503 before anything is stored")
+	cutRate := flag.Float64("cut-rate", 0, "share of charges stored and then answered by cutting the connection")
+	flag.Parse()
+
+	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate,
+		txs: map[string]*tx{}, requests: map[string]int{}, nextID: 5100000000}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The harness reads the chosen address from the first line.
+	fmt.Printf("fakeprovider listening on http://%s\n", ln.Addr())
+	log.Fatal(http.Serve(ln, s))
+}
+
+type server struct {
+	secret   string
+	latency  time.Duration
+	failRate float64
+	cutRate  float64
+
+	mu       sync.Mutex
+	txs      map[string]*tx // by wire reference
+	requests map[string]int
+	nextID   int64
+}
+
+// tx is a Paystack transaction as verify and charge_authorization return it.
+type tx struct {
+	ID              int64  `json:"id"`
+	Status          string `json:"status"`
+	Reference       string `json:"reference"`
+	Amount          int64  `json:"amount"`
+	Currency        string `json:"currency"`
+	GatewayResponse string `json:"gateway_response"`
+	Channel         string `json:"channel"`
+	Domain          string `json:"domain"`
+	TransactionDate string `json:"transaction_date"`
+	Customer        struct {
+		Email string `json:"email"`
+	} `json:"customer"`
+	Authorization struct {
+		AuthorizationCode string `json:"authorization_code"`
+		Reusable          bool   `json:"reusable"`
+	} `json:"authorization"`
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/_health":
+		w.WriteHeader(http.StatusOK)
+		return
+	case "/_charges":
+		s.charges(w)
+		return
+	}
+	if s.latency > 0 {
+		time.Sleep(rand.N(s.latency))
+	}
+	if rand.Float64() < s.failRate {
+		codes := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}
+		writeJSON(w, codes[rand.IntN(len(codes))], map[string]any{"status": false, "message": "An error occurred"})
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+s.secret {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": false, "message": "Invalid key"})
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/transaction/charge_authorization":
+		s.charge(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/transaction/verify/"):
+		s.verify(w, r)
+	default:
+		writeJSON(w, http.StatusNotFound, map[string]any{"status": false, "message": "Not found"})
+	}
+}
+
+func (s *server) charge(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Email             string `json:"email"`
+		Amount            int64  `json:"amount"`
+		AuthorizationCode string `json:"authorization_code"`
+		Reference         string `json:"reference"`
+		Currency          string `json:"currency"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Reference == "" || in.Amount <= 0 || in.Email == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid request"})
+		return
+	}
+	if in.Currency == "" {
+		in.Currency = "NGN"
+	}
+	s.mu.Lock()
+	s.requests[in.Reference]++
+	if _, dup := s.txs[in.Reference]; dup {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{
+			"status": false, "message": "Duplicate Transaction Reference",
+			"type": "validation_error", "code": "duplicate_reference",
+		})
+		return
+	}
+	var status, gateway string
+	switch in.AuthorizationCode {
+	case "AUTH_success":
+		status, gateway = "success", "Approved"
+	case "AUTH_insufficient":
+		status, gateway = "failed", "Insufficient Funds"
+	case "AUTH_decline":
+		status, gateway = "failed", "Declined"
+	default:
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Invalid Authorization Code"})
+		return
+	}
+	s.nextID++
+	t := &tx{ID: s.nextID, Status: status, Reference: in.Reference, Amount: in.Amount, Currency: in.Currency,
+		GatewayResponse: gateway, Channel: "card", Domain: "test", TransactionDate: time.Now().UTC().Format(time.RFC3339)}
+	t.Customer.Email = in.Email
+	t.Authorization.AuthorizationCode, t.Authorization.Reusable = in.AuthorizationCode, true
+	s.txs[in.Reference] = t
+	answer, _ := json.Marshal(map[string]any{"status": true, "message": "Charge attempted", "data": t})
+	s.mu.Unlock()
+
+	// Charged, and the answer lost: the gateway must find out by a retry
+	// (duplicate → verify) or the sweeper (verify), never by charging again.
+	if rand.Float64() < s.cutRate {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+	}
+	writeRaw(w, http.StatusOK, answer)
+}
+
+func (s *server) verify(w http.ResponseWriter, r *http.Request) {
+	ref := strings.TrimPrefix(r.URL.Path, "/transaction/verify/")
+	s.mu.Lock()
+	t, ok := s.txs[ref]
+	var answer []byte
+	if ok {
+		answer, _ = json.Marshal(map[string]any{"status": true, "message": "Verification successful", "data": t})
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": false, "message": "Transaction reference not found"})
+		return
+	}
+	writeRaw(w, http.StatusOK, answer)
+}
+
+// charge is one reference's line in GET /_charges.
+type charge struct {
+	Charges  int    `json:"charges"`
+	Requests int    `json:"requests"`
+	Status   string `json:"status,omitempty"`
+	Amount   int64  `json:"amount,omitempty"`
+	Currency string `json:"currency,omitempty"`
+	Email    string `json:"email,omitempty"`
+}
+
+// customer is one email's line in GET /_charges.
+type customer struct {
+	Charges    int      `json:"charges"`
+	References []string `json:"references"`
+}
+
+func (s *server) charges(w http.ResponseWriter) {
+	s.mu.Lock()
+	refs := make(map[string]charge, len(s.requests))
+	customers := map[string]*customer{}
+	for ref, n := range s.requests {
+		c := charge{Requests: n}
+		if t, ok := s.txs[ref]; ok {
+			c.Status, c.Amount, c.Currency, c.Email = t.Status, t.Amount, t.Currency, t.Customer.Email
+			cu := customers[c.Email]
+			if cu == nil {
+				cu = &customer{}
+				customers[c.Email] = cu
+			}
+			cu.References = append(cu.References, ref)
+			if t.Status == "success" {
+				c.Charges = 1
+				cu.Charges++
+			}
+		}
+		refs[ref] = c
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"references": refs, "customers": customers})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	writeRaw(w, status, b)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
