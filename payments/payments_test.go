@@ -52,9 +52,15 @@ func requireReplay(t *testing.T, first, again apptest.Response) {
 	require.Empty(t, first.Header.Get("Idempotent-Replayed"))
 }
 
+// TestContract walks the idempotency contract table on both stores: what
+// the API promises holds on the embedded SQLite of `make run` too.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t)
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); contract(t, apptest.Start(t)) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); contract(t, apptest.Start(t, apptest.SQLite())) })
+}
+
+func contract(t *testing.T, g *apptest.Gateway) {
 	m := g.Onboard(nil)
 
 	t.Run("SuccessIs201AndReplaysByteForByte", func(t *testing.T) {
