@@ -1,0 +1,504 @@
+// Command chaos is the gateway's fault-injection run (`make chaos`).
+//
+// Several merchants make thousands of payments through the real gateway
+// binary while everything that can fail does:
+//
+//   - a proxy between the clients and the gateway cuts a share of the
+//     connections after the gateway has answered (the answer is lost);
+//   - the provider (bench/fakeprovider, a separate Paystack-compatible
+//     process) adds latency, answers some requests 5xx and cuts some
+//     connections after storing the charge;
+//   - the gateway is SIGKILLed and restarted several times mid-traffic, on
+//     the same database, with a short lease, stale age and sweep interval;
+//   - PostgreSQL itself is restarted once, under the running gateway.
+//
+// Each client retries one payment with the same key and the byte-identical
+// body until it gets a final answer (201 or 402). When every payment has
+// one, the run waits (bounded) for the sweeper to settle what is left and
+// audits the ledger, the stored answers, the clients' answers and the
+// provider's charges against each other. Any violation exits 1.
+//
+//	chaos -gateway bin/gateway -provider bin/fakeprovider [-long] [-payments N] ...
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/gateway/bench/internal/rig"
+)
+
+// providerSecret is the Paystack secret key the fake accepts and every
+// chaos merchant is onboarded with.
+const providerSecret = "sk_test_oncepay_chaos_000000000000000000"
+
+type options struct {
+	gateway, provider, db string
+	long                  bool
+	merchants, payments   int
+	clients, kills        int
+	declineEvery          int
+	dropRate              float64
+	provLatency           time.Duration
+	provFail, provCut     float64
+	pgRestart             bool
+	settleWait            time.Duration
+	keepLogs              bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.gateway, "gateway", "bin/gateway", "gateway binary")
+	flag.StringVar(&o.provider, "provider", "bin/fakeprovider", "fake provider binary (bench/fakeprovider)")
+	flag.StringVar(&o.db, "db", envOr("TEST_DATABASE_URL", rig.DefaultDatabaseURL), "PostgreSQL to create the chaos database on")
+	flag.BoolVar(&o.long, "long", false, "long form: more merchants, payments and kills (defaults below are the short, CI form)")
+	flag.IntVar(&o.merchants, "merchants", 0, "merchants (default 4; long 8)")
+	flag.IntVar(&o.payments, "payments", 0, "logical payments (default 800; long 5000)")
+	flag.IntVar(&o.clients, "clients", 0, "concurrent clients (default 16; long 32)")
+	flag.IntVar(&o.kills, "kills", 0, "gateway SIGKILL+restarts (default 4; long 10)")
+	flag.IntVar(&o.declineEvery, "decline-every", 5, "every n-th payment uses a card the provider declines")
+	flag.Float64Var(&o.dropRate, "drop-rate", 0.1, "share of gateway answers the proxy loses")
+	flag.DurationVar(&o.provLatency, "provider-latency", 80*time.Millisecond, "provider latency, uniform up to this")
+	flag.Float64Var(&o.provFail, "provider-fail-rate", 0.05, "share of provider requests answered 5xx")
+	flag.Float64Var(&o.provCut, "provider-cut-rate", 0.05, "share of provider charges stored and then cut")
+	flag.BoolVar(&o.pgRestart, "pg-restart", true, "restart PostgreSQL once mid-run (pg_ctlcluster; needs root)")
+	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
+	flag.Parse()
+	def := func(v *int, short, long int) {
+		if *v == 0 {
+			*v = short
+			if o.long {
+				*v = long
+			}
+		}
+	}
+	def(&o.merchants, 4, 8)
+	def(&o.payments, 800, 5000)
+	def(&o.clients, 16, 32)
+	def(&o.kills, 4, 10)
+
+	violations, err := run(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: error:", err)
+		os.Exit(2)
+	}
+	if violations > 0 {
+		fmt.Printf("\nchaos: FAILED with %d violation(s)\n", violations)
+		os.Exit(1)
+	}
+	fmt.Println("\nchaos: OK — every payment charged at most once and settled, ledger = stored answers = client answers = provider")
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+var start = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "chaos %6.1fs: %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// payment is one logical payment: one key, one body, retried until final.
+type payment struct {
+	merchant int
+	key      string
+	email    string // unique per payment: the provider's audit groups by it
+	decline  bool
+	body     []byte
+
+	// The final answer the client got.
+	final    bool
+	status   int
+	answer   []byte
+	attempts int
+	replayed bool
+	problem  string // unexpected answer or timeout, if any
+}
+
+func run(ctx context.Context, o options) (int, error) {
+	db, err := rig.CreateDatabase(ctx, o.db, "oncepay_chaos")
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := db.Drop(context.Background()); err != nil {
+			logf("drop database: %v", err)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "oncepay-chaos-")
+	if err != nil {
+		return 0, err
+	}
+	if o.keepLogs {
+		logf("logs in %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	gwLog, err := os.Create(filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer gwLog.Close()
+	provLog, err := os.Create(filepath.Join(dir, "provider.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer provLog.Close()
+
+	// The provider: started once, never killed, so it is the witness.
+	provAddr, err := rig.FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	provURL := "http://" + provAddr
+	prov := &rig.Process{Bin: o.provider, Log: provLog, Health: provURL + "/_health", Args: []string{
+		"-addr", provAddr, "-secret", providerSecret, "-latency", o.provLatency.String(),
+		"-fail-rate", fmt.Sprint(o.provFail), "-cut-rate", fmt.Sprint(o.provCut)}}
+	if err := prov.Start(); err != nil {
+		return 0, err
+	}
+	defer prov.Kill()
+
+	gwAddr, err := rig.FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	gwURL := "http://" + gwAddr
+	env := rig.GatewayEnv(db.URL, dir)
+	for k, v := range map[string]string{
+		"GATEWAY_ADDR":      gwAddr,
+		"PAYSTACK_BASE_URL": provURL,
+		// The timeout stays below the lease, and the stale age above it,
+		// as config demands; all short so the sweeper works during the run.
+		"PROVIDER_TIMEOUT":  "1s",
+		"IDEMPOTENCY_LEASE": "1500ms",
+		"SWEEP_INTERVAL":    "1s",
+		"SWEEP_STALE_AFTER": "2s",
+		"REVIEW_AFTER":      "1h",
+		"SHUTDOWN_TIMEOUT":  "5s",
+	} {
+		env[k] = v
+	}
+	gw := &rig.Process{Bin: o.gateway, Args: []string{"serve"}, Env: env, Health: gwURL + "/healthz", Log: gwLog}
+	if err := gw.Start(); err != nil {
+		return 0, err
+	}
+	defer gw.Kill()
+
+	admin := rig.Client(15 * time.Second)
+	merchants := make([]*merchant, o.merchants)
+	for i := range merchants {
+		m, err := rig.Onboard(ctx, admin, gwURL, map[string]any{
+			"name": fmt.Sprintf("Chaos Merchant %d", i), "default_provider": "paystack",
+			"providers": map[string]any{"paystack": map[string]string{"secret_key": providerSecret}},
+		})
+		if err != nil {
+			return 0, err
+		}
+		merchants[i] = &merchant{Merchant: m}
+	}
+
+	px := newProxy(gwURL, o.dropRate)
+	pxLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	go func() { _ = px.serve(pxLn) }()
+	defer pxLn.Close()
+	pxURL := "http://" + pxLn.Addr().String()
+
+	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	pays := make([]*payment, o.payments)
+	for i := range pays {
+		p := &payment{merchant: i % o.merchants, key: fmt.Sprintf("chaos-%s-%05d", runID, i),
+			email: fmt.Sprintf("customer%05d@chaos.example", i), decline: o.declineEvery > 0 && i%o.declineEvery == 0}
+		method := "AUTH_success"
+		if p.decline {
+			method = "AUTH_decline"
+		}
+		p.body = fmt.Appendf(nil, `{"amount":%d,"currency":"NGN","email":%q,"payment_method":%q,"description":"chaos %d"}`,
+			1000+i, p.email, method, i)
+		pays[i] = p
+	}
+	logf("%d payments, %d merchants, %d clients, proxy drop %.0f%%, provider latency ≤%s fail %.0f%% cut %.0f%%, %d gateway kills, PostgreSQL restart %v",
+		o.payments, o.merchants, o.clients, 100*o.dropRate, o.provLatency, 100*o.provFail, 100*o.provCut, o.kills, o.pgRestart)
+
+	// Clients.
+	var done atomic.Int64
+	work := make(chan *payment)
+	var wg sync.WaitGroup
+	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL}
+	for range o.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				cl.settle(ctx, p)
+				done.Add(1)
+			}
+		}()
+	}
+	go func() {
+		for _, p := range pays {
+			work <- p
+		}
+		close(work)
+	}()
+
+	// Faults, triggered by progress so they always land mid-traffic
+	// whatever the machine's speed.
+	var violations []string
+	var vmu sync.Mutex
+	violate := func(format string, args ...any) {
+		vmu.Lock()
+		defer vmu.Unlock()
+		violations = append(violations, fmt.Sprintf(format, args...))
+	}
+	type event struct {
+		at   int
+		kind string
+	}
+	var events []event
+	for k := 1; k <= o.kills; k++ {
+		events = append(events, event{o.payments * k / (o.kills + 1), "kill"})
+	}
+	if o.pgRestart {
+		events = append(events, event{o.payments * 9 / 20, "pg"})
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].at < events[j].at })
+	kills, pgRestarts := 0, 0
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		for _, ev := range events {
+			for done.Load() < int64(ev.at) {
+				if done.Load() >= int64(o.payments) {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			switch ev.kind {
+			case "kill":
+				gw.Kill()
+				kills++
+				logf("gateway SIGKILLed at %d/%d payments done", done.Load(), o.payments)
+				time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
+				if err := gw.Start(); err != nil {
+					violate("gateway did not restart after a kill: %v", err)
+					return
+				}
+				logf("gateway restarted")
+			case "pg":
+				logf("restarting PostgreSQL at %d/%d payments done", done.Load(), o.payments)
+				if err := restartPostgres(ctx, o.db); err != nil {
+					violate("PostgreSQL restart: %v", err)
+					continue
+				}
+				pgRestarts++
+				logf("PostgreSQL is back")
+				// The gateway must ride it out: same process, healthy again.
+				select {
+				case <-gw.Exited():
+					violate("the gateway exited during the PostgreSQL restart")
+					if err := gw.Start(); err != nil {
+						violate("gateway did not restart: %v", err)
+						return
+					}
+				default:
+				}
+				if err := waitReady(gwURL, 30*time.Second); err != nil {
+					violate("gateway not ready after the PostgreSQL restart: %v", err)
+				}
+			}
+		}
+	}()
+
+	wg.Wait()
+	<-faultsDone
+	logf("all clients have a final answer or gave up; %d kills, %d PostgreSQL restarts; proxy forwarded %d, dropped %d, 502 while down %d",
+		kills, pgRestarts, px.forwarded.Load(), px.dropped.Load(), px.failed.Load())
+	select {
+	case <-gw.Exited():
+		violate("the gateway is not running at the end")
+		if err := gw.Start(); err != nil {
+			return 0, err
+		}
+	default:
+	}
+
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	// The sweeper finishes what the clients did not need to (nothing,
+	// normally: every client waited for its final answer); bounded.
+	deadline := time.Now().Add(o.settleWait)
+	for {
+		var open, unsettled int
+		if err := conn.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM idempotency_keys WHERE status = 'in_progress'),
+			(SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed'))`).Scan(&open, &unsettled); err != nil {
+			return 0, err
+		}
+		if open == 0 && unsettled == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logf("after %s: %d keys in progress, %d payments unsettled", o.settleWait, open, unsettled)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	rep, err := audit(ctx, conn, provURL, merchants, pays)
+	if err != nil {
+		return 0, err
+	}
+	violations = append(violations, rep.violations...)
+	rep.print(o, kills, pgRestarts, px)
+	for i, v := range violations {
+		if i == 50 {
+			fmt.Printf("  … and %d more\n", len(violations)-50)
+			break
+		}
+		fmt.Println("  VIOLATION:", v)
+	}
+	return len(violations), nil
+}
+
+// restartPostgres restarts the local cluster and waits until it accepts
+// connections again.
+func restartPostgres(ctx context.Context, dbURL string) error {
+	vers, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(vers) == 0 {
+		return fmt.Errorf("no cluster under /etc/postgresql: %v", err)
+	}
+	out, err := exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", vers[0].Name(), "main", "restart").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctlcluster restart: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := pgx.Connect(ctx, dbURL)
+		if err == nil {
+			c.Close(ctx)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("PostgreSQL did not come back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitReady(base string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// merchant is an onboarded tenant whose token a client refreshes on 401.
+type merchant struct {
+	rig.Merchant
+	mu sync.Mutex
+}
+
+func (m *merchant) token() string { m.mu.Lock(); defer m.mu.Unlock(); return m.Token }
+
+// client is the merchant's app: one payment at a time, same key, same
+// body, retried until the answer is final.
+type client struct {
+	base      string // the proxy
+	gwURL     string // for token refreshes, which are not under test
+	http      *http.Client
+	merchants []*merchant
+	attempts  atomic.Int64
+}
+
+// giveUp bounds one payment: far beyond any lease, sweep or restart.
+const giveUp = 90 * time.Second
+
+func (c *client) settle(ctx context.Context, p *payment) {
+	m := c.merchants[p.merchant]
+	stop := time.Now().Add(giveUp)
+	for time.Now().Before(stop) {
+		p.attempts++
+		c.attempts.Add(1)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/payments", bytes.NewReader(p.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+m.token())
+		req.Header.Set("Idempotency-Key", p.key)
+		resp, err := c.http.Do(req)
+		if err != nil {
+			sleep(100, 300) // lost answer or a dead gateway: same key again
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			sleep(100, 300)
+			continue
+		}
+		switch s := resp.StatusCode; {
+		case s == http.StatusCreated || s == http.StatusPaymentRequired:
+			p.final, p.status, p.answer = true, s, body
+			p.replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+			return
+		case s == http.StatusAccepted: // outcome unknown yet
+			sleep(200, 400)
+		case s == http.StatusConflict: // in use: the owner or its lease still runs
+			sleep(300, 700)
+		case s == http.StatusUnauthorized:
+			m.mu.Lock()
+			if tok, err := rig.Token(ctx, c.http, c.gwURL, m.ClientID, m.ClientSecret); err == nil {
+				m.Token = tok
+			}
+			m.mu.Unlock()
+			sleep(100, 300)
+		case s == http.StatusTooManyRequests || s >= 500:
+			sleep(100, 300)
+		default:
+			p.problem = fmt.Sprintf("unexpected answer %d: %.200s", s, body)
+			return
+		}
+	}
+	p.problem = fmt.Sprintf("no final answer after %s and %d attempts", giveUp, p.attempts)
+}
+
+func sleep(minMS, maxMS int) {
+	time.Sleep(time.Duration(minMS+rand.IntN(maxMS-minMS)) * time.Millisecond)
+}
