@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,7 @@ type options struct {
 	pgRestart             bool
 	settleWait            time.Duration
 	keepLogs              bool
+	providerFlags         string
 }
 
 func main() {
@@ -69,9 +71,9 @@ func main() {
 	flag.StringVar(&o.db, "db", envOr("TEST_DATABASE_URL", rig.DefaultDatabaseURL), "PostgreSQL to create the chaos database on")
 	flag.BoolVar(&o.long, "long", false, "long form: more merchants, payments and kills (defaults below are the short, CI form)")
 	flag.IntVar(&o.merchants, "merchants", 0, "merchants (default 4; long 8)")
-	flag.IntVar(&o.payments, "payments", 0, "logical payments (default 800; long 5000)")
+	flag.IntVar(&o.payments, "payments", 0, "logical payments (default 1000; long 5000)")
 	flag.IntVar(&o.clients, "clients", 0, "concurrent clients (default 16; long 32)")
-	flag.IntVar(&o.kills, "kills", 0, "gateway SIGKILL+restarts (default 4; long 10)")
+	flag.IntVar(&o.kills, "kills", 0, "gateway SIGKILL+restarts (default 5; long 10)")
 	flag.IntVar(&o.declineEvery, "decline-every", 5, "every n-th payment uses a card the provider declines")
 	flag.Float64Var(&o.dropRate, "drop-rate", 0.1, "share of gateway answers the proxy loses")
 	flag.DurationVar(&o.provLatency, "provider-latency", 80*time.Millisecond, "provider latency, uniform up to this")
@@ -80,6 +82,7 @@ func main() {
 	flag.BoolVar(&o.pgRestart, "pg-restart", true, "restart PostgreSQL once mid-run (pg_ctlcluster; needs root)")
 	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
+	flag.StringVar(&o.providerFlags, "provider-flags", "", "extra flags for the fake provider, e.g. -no-dedupe to check that the audit fails")
 	flag.Parse()
 	def := func(v *int, short, long int) {
 		if *v == 0 {
@@ -90,9 +93,9 @@ func main() {
 		}
 	}
 	def(&o.merchants, 4, 8)
-	def(&o.payments, 800, 5000)
+	def(&o.payments, 1000, 5000)
 	def(&o.clients, 16, 32)
-	def(&o.kills, 4, 10)
+	def(&o.kills, 5, 10)
 
 	violations, err := run(context.Background(), o)
 	if err != nil {
@@ -175,6 +178,7 @@ func run(ctx context.Context, o options) (int, error) {
 	prov := &rig.Process{Bin: o.provider, Log: provLog, Health: provURL + "/_health", Args: []string{
 		"-addr", provAddr, "-secret", providerSecret, "-latency", o.provLatency.String(),
 		"-fail-rate", fmt.Sprint(o.provFail), "-cut-rate", fmt.Sprint(o.provCut)}}
+	prov.Args = append(prov.Args, strings.Fields(o.providerFlags)...)
 	if err := prov.Start(); err != nil {
 		return 0, err
 	}

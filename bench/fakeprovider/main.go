@@ -50,9 +50,10 @@ func main() {
 	latency := flag.Duration("latency", 0, "each request waits a uniform random time up to this")
 	failRate := flag.Float64("fail-rate", 0, "share of requests answered 500/502/503 before anything is stored")
 	cutRate := flag.Float64("cut-rate", 0, "share of charges stored and then answered by cutting the connection")
+	noDedupe := flag.Bool("no-dedupe", false, "misbehave: charge a reused reference again (to check that the chaos audit catches double charges)")
 	flag.Parse()
 
-	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate,
+	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate, noDedupe: *noDedupe,
 		txs: map[string]*tx{}, requests: map[string]int{}, nextID: 5100000000}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -68,6 +69,7 @@ type server struct {
 	latency  time.Duration
 	failRate float64
 	cutRate  float64
+	noDedupe bool
 
 	mu       sync.Mutex
 	txs      map[string]*tx // by wire reference
@@ -143,7 +145,13 @@ func (s *server) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.requests[in.Reference]++
-	if _, dup := s.txs[in.Reference]; dup {
+	key := in.Reference
+	if _, dup := s.txs[key]; dup && s.noDedupe {
+		// The broken provider: a second transaction for the same
+		// reference, kept beside the first so the audit sees both.
+		key = fmt.Sprintf("%s~%d", in.Reference, s.requests[in.Reference])
+		s.requests[key] = 1
+	} else if dup {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusBadRequest, map[string]any{
 			"status": false, "message": "Duplicate Transaction Reference",
@@ -169,7 +177,7 @@ func (s *server) charge(w http.ResponseWriter, r *http.Request) {
 		GatewayResponse: gateway, Channel: "card", Domain: "test", TransactionDate: time.Now().UTC().Format(time.RFC3339)}
 	t.Customer.Email = in.Email
 	t.Authorization.AuthorizationCode, t.Authorization.Reusable = in.AuthorizationCode, true
-	s.txs[in.Reference] = t
+	s.txs[key] = t
 	answer, _ := json.Marshal(map[string]any{"status": true, "message": "Charge attempted", "data": t})
 	s.mu.Unlock()
 
