@@ -10,10 +10,6 @@ import (
 	"gorm.io/gorm"
 )
 
-// heldWait bounds how long a claimer waits on another request's held claim
-// of the same key before answering that the key is in use.
-const heldWait = "200ms"
-
 // lockTimedOut reports PostgreSQL's lock_not_available (55P03), the error
 // of a statement that waited longer than lock_timeout.
 func lockTimedOut(err error) bool {
@@ -35,10 +31,13 @@ func lockTimedOut(err error) bool {
 // stall every other request; there a claim commits at once (one commit
 // more per payment, for a development store).
 //
-// The rule for an owner while its claim is held: use only the claim's
-// transaction (through Persist), never a second pooled connection — a
-// storm of waiters on the same key may hold the rest of the pool for up
-// to heldWait.
+// A concurrent claimer of the same key waits on the uncommitted row until
+// the owner persists or releases, or until the connection's lock_timeout
+// (database.LockTimeout), and then answers "in use" (ErrBusy), which is
+// what it is. Hence the rule for an owner while its claim is held: use only
+// the claim's transaction (through Persist), never a second pooled
+// connection — a storm of waiters on the same key may hold the rest of the
+// pool meanwhile.
 type heldTx struct {
 	mu sync.Mutex
 	tx *gorm.DB

@@ -182,14 +182,6 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 			if db = db.Begin(); db.Error != nil {
 				return Claim{}, nil, fmt.Errorf("idempotency: claim: begin: %w", db.Error)
 			}
-			// A concurrent claimer of the same key waits on our
-			// uncommitted row; bounding that wait keeps a storm on one
-			// key from holding every pooled connection, and a waiter
-			// that gives up answers "in use", which is what it is.
-			if err := db.Exec("SET LOCAL lock_timeout = '" + heldWait + "'").Error; err != nil {
-				db.Rollback()
-				return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", err)
-			}
 		}
 		res := db.Clauses(clause.OnConflict{DoNothing: true}).Create(&rec)
 		if hold && (res.Error != nil || res.RowsAffected != 1) {

@@ -152,24 +152,28 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 	// Persist commits the claim and the ledger row together (one commit
 	// for a new key); for a taken-over key it is a new transaction.
 	err := s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
-		existing, err := s.store.GetByKey(ctx, tx, merchantID, claim.Key)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			p = Payment{
-				ID:                "pay_" + compactUUID(),
-				MerchantID:        merchantID,
-				IdempotencyKey:    claim.Key,
-				Status:            StatusProcessing,
-				ProviderReference: providers.Reference(merchantID, claim.Key),
-				Attempts:          1,
-				CreatedAt:         now,
-			}
-			p.apply(in, now)
-			if err := s.store.Insert(ctx, tx, &p); err != nil {
-				return err
-			}
-		case err != nil:
+		// A new key is the common case: insert first, and read only when
+		// the key already has its payment (a retry after a release, a
+		// takeover, or a key reused after its answer was purged).
+		p = Payment{
+			ID:                "pay_" + compactUUID(),
+			MerchantID:        merchantID,
+			IdempotencyKey:    claim.Key,
+			Status:            StatusProcessing,
+			ProviderReference: providers.Reference(merchantID, claim.Key),
+			Attempts:          1,
+			CreatedAt:         now,
+		}
+		p.apply(in, now)
+		inserted, err := s.store.InsertNew(ctx, tx, &p)
+		if err != nil || inserted {
 			return err
+		}
+		existing, err := s.store.GetByKey(ctx, tx, merchantID, claim.Key)
+		if err != nil {
+			return err
+		}
+		switch {
 		case existing.retryable():
 			// The key was released after a certain non-charge: this is a
 			// new attempt at the same payment, with the same reference.
@@ -178,22 +182,17 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			p.Status = StatusProcessing
 			p.FailureCode, p.FailureMessage = "", ""
 			p.Attempts++
-			if err := s.store.Reopen(ctx, tx, &p); err != nil {
-				return err
-			}
-		default:
-			// Taken over (processing) or already final: same payment, same
-			// reference; a takeover re-drives the charge, which the
-			// provider dedupes.
+			return s.store.Reopen(ctx, tx, &p)
+		case final(existing.Status):
 			p = existing
-			if !final(p.Status) {
-				p.Attempts++
-				if err := s.store.Reopen(ctx, tx, &p); err != nil {
-					return err
-				}
-			}
+			return nil
+		default:
+			// Taken over (still processing): same payment, same reference;
+			// the takeover re-drives the charge, which the provider dedupes.
+			p = existing
+			p.Attempts++
+			return s.store.Reopen(ctx, tx, &p)
 		}
-		return s.keys.SetResource(ctx, tx, claim, p.ID)
 	})
 	if errors.Is(err, idempotency.ErrLostClaim) {
 		return Payment{}, keyInUse()

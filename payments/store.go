@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Store keeps payments. Every read and write filters on merchant_id. Methods
@@ -56,9 +57,17 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 	return p, interpret("get by reference", err)
 }
 
-// Insert writes a new payment.
-func (s *Store) Insert(ctx context.Context, tx *gorm.DB, p *Payment) error {
-	return interpret("insert", s.exec(ctx, tx).Create(p).Error)
+// InsertNew writes p unless the merchant's key already has a payment
+// (inserted is false then, and nothing was written).
+func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
+	res := s.exec(ctx, tx).Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "merchant_id"}, {Name: "idempotency_key"}},
+		DoNothing: true,
+	}).Create(p)
+	if res.Error != nil {
+		return false, interpret("insert", res.Error)
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // Reopen starts a new attempt on a payment whose key was claimed again: the

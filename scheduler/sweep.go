@@ -93,7 +93,7 @@ func (s *Sweeper) candidates(ctx context.Context, stale *idempotency.Store, p id
 
 // work owns one candidate and settles it.
 func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
-	log := s.cfg.Log.With("merchant_id", rec.MerchantID, "payment_id", rec.ResourceID)
+	log := s.cfg.Log.With("merchant_id", rec.MerchantID, "idempotency_key", rec.Key)
 	claim, ok, err := s.cfg.Keys.TakeOver(ctx, rec.MerchantID, rec.Key, s.cfg.Lease)
 	if err != nil {
 		c.Errors++

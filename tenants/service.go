@@ -63,9 +63,12 @@ type Service struct {
 	cfg    Config
 	keys   *keyring
 	signer *signer
-	cache  *principalCache
-	log    *slog.Logger
-	now    func() time.Time
+	cache  *ttlCache[principal]
+	// accounts keeps built provider accounts: decrypting secrets and
+	// reading two rows for every charge would double a payment's reads.
+	accounts *ttlCache[providers.Provider]
+	log      *slog.Logger
+	now      func() time.Time
 	// dummyHash is compared against when a client id is unknown, so a
 	// miss costs the same as a wrong secret.
 	dummyHash []byte
@@ -112,7 +115,8 @@ func NewService(db *gorm.DB, reg *providers.Registry, cfg Config) (*Service, err
 	return &Service{
 		db: db, reg: reg, cfg: cfg, keys: keys,
 		signer:    newSigner(cfg, now),
-		cache:     newPrincipalCache(cfg.StatusCacheTTL, now),
+		cache:     newTTLCache[principal](cfg.StatusCacheTTL, now),
+		accounts:  newTTLCache[providers.Provider](cfg.StatusCacheTTL, now),
 		log:       log,
 		now:       now,
 		dummyHash: keys.hashSecret(newClientSecret()),
@@ -309,6 +313,7 @@ func (s *Service) Update(ctx context.Context, id string, p UpdateParams) (Tenant
 		return Tenant{}, fmt.Errorf("tenants: update: %w", err)
 	}
 	s.cache.forget(id)
+	s.accounts.forget(id)
 	s.log.InfoContext(ctx, "tenant updated", "tenant_id", id, "status", out.Status,
 		"default_provider", out.DefaultProvider, "providers_changed", secretNames(p.Providers))
 	return out, nil
@@ -435,6 +440,17 @@ func (s *Service) loadPrincipal(ctx context.Context, tenantID, clientID string) 
 // (the simulator) works without an account. Errors: ErrNotFound (no such
 // tenant), ErrProviderNotConfigured, or the registry's errors.
 func (s *Service) Provider(ctx context.Context, tenantID, name string) (providers.Provider, error) {
+	if p, ok := s.accounts.get(tenantID, name); ok {
+		return p, nil
+	}
+	p, err := s.provider(ctx, tenantID, name)
+	if err == nil {
+		s.accounts.put(tenantID, name, p)
+	}
+	return p, err
+}
+
+func (s *Service) provider(ctx context.Context, tenantID, name string) (providers.Provider, error) {
 	db := s.db.WithContext(ctx)
 	acct, err := getAccount(db, tenantID, name)
 	switch {
@@ -617,42 +633,44 @@ type principal struct {
 	tenant Tenant
 }
 
-// principalCache keeps principals for a TTL ≤ 2s so that a hot merchant
-// costs one read per TTL, and a suspension reaches every instance within
-// it. A TTL of 0 disables it.
-type principalCache struct {
+// ttlCache keeps values per (tenant, name) for a TTL ≤ 2s so that a hot
+// merchant costs one read per TTL, and a suspension, a rotation or a change
+// of provider secrets reaches every instance within it (at once on the
+// instance that made it: it forgets the tenant). A TTL of 0 disables it.
+type ttlCache[V any] struct {
 	ttl time.Duration
 	now func() time.Time
 	mu  sync.Mutex
-	m   map[[2]string]cacheEntry
+	m   map[[2]string]cacheEntry[V]
 }
 
-type cacheEntry struct {
-	p       principal
+type cacheEntry[V any] struct {
+	v       V
 	expires time.Time
 }
 
-// maxCacheEntries bounds the cache; when full it starts over.
+// maxCacheEntries bounds a cache; when full it starts over.
 const maxCacheEntries = 10_000
 
-func newPrincipalCache(ttl time.Duration, now func() time.Time) *principalCache {
-	return &principalCache{ttl: ttl, now: now, m: map[[2]string]cacheEntry{}}
+func newTTLCache[V any](ttl time.Duration, now func() time.Time) *ttlCache[V] {
+	return &ttlCache[V]{ttl: ttl, now: now, m: map[[2]string]cacheEntry[V]{}}
 }
 
-func (c *principalCache) get(tenantID, clientID string) (principal, bool) {
+func (c *ttlCache[V]) get(tenantID, name string) (V, bool) {
+	var zero V
 	if c.ttl <= 0 {
-		return principal{}, false
+		return zero, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[[2]string{tenantID, clientID}]
+	e, ok := c.m[[2]string{tenantID, name}]
 	if !ok || !c.now().Before(e.expires) {
-		return principal{}, false
+		return zero, false
 	}
-	return e.p, true
+	return e.v, true
 }
 
-func (c *principalCache) put(tenantID, clientID string, p principal) {
+func (c *ttlCache[V]) put(tenantID, name string, v V) {
 	if c.ttl <= 0 {
 		return
 	}
@@ -661,11 +679,10 @@ func (c *principalCache) put(tenantID, clientID string, p principal) {
 	if len(c.m) >= maxCacheEntries {
 		clear(c.m)
 	}
-	c.m[[2]string{tenantID, clientID}] = cacheEntry{p: p, expires: c.now().Add(c.ttl)}
+	c.m[[2]string{tenantID, name}] = cacheEntry[V]{v: v, expires: c.now().Add(c.ttl)}
 }
 
-// forget drops the tenant's entries after a change made on this instance.
-func (c *principalCache) forget(tenantID string) {
+func (c *ttlCache[V]) forget(tenantID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.m {

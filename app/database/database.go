@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -26,6 +28,10 @@ const (
 	Postgres Dialect = "postgres"
 	SQLite   Dialect = "sqlite"
 )
+
+// LockTimeout is the PostgreSQL lock_timeout of every connection (unless the
+// URL sets one): the longest any statement waits for a row lock.
+const LockTimeout = "2s"
 
 // Options tune the connection pool. Zero values take the defaults.
 type Options struct {
@@ -57,20 +63,28 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 		// connection for every query (QueryExecModeCacheStatement), while
 		// GORM's prepared statements are re-prepared and closed inside
 		// every transaction — two extra round trips per statement.
-		db, err := gorm.Open(postgres.Open(url), cfg)
+		pcfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, fmt.Errorf("database: DATABASE_URL: %w", err)
+		}
+		if _, set := pcfg.RuntimeParams["lock_timeout"]; !set {
+			// No statement of the gateway waits long on a row lock by
+			// design; one that does (a storm of claimers on a key whose
+			// first claim is not committed yet) gives up, answers "in use",
+			// and gives its pooled connection back.
+			pcfg.RuntimeParams["lock_timeout"] = LockTimeout
+		}
+		sqlDB := stdlib.OpenDB(*pcfg)
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), cfg)
 		if err != nil {
 			return nil, fmt.Errorf("database: open postgres: %w", err)
-		}
-		sqlDB, err := db.DB()
-		if err != nil {
-			return nil, err
 		}
 		maxOpen := opt.MaxOpenConns
 		if maxOpen == 0 {
 			// A gateway request holds a connection only for single statements
 			// (never across a provider call), so a small pool per instance
 			// saturates PostgreSQL long before it queues.
-			maxOpen = 20
+			maxOpen = 8
 		}
 		maxIdle := opt.MaxIdleConns
 		if maxIdle == 0 {

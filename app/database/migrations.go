@@ -116,6 +116,11 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 	d := DialectOf(db)
 	err = db.Transaction(func(tx *gorm.DB) error {
 		if d == Postgres {
+			// Instances starting together wait for the first one's
+			// migrations, however long they take.
+			if err := tx.Exec("SET LOCAL lock_timeout = 0").Error; err != nil {
+				return err
+			}
 			if err := tx.Exec("SELECT pg_advisory_xact_lock(8402711)").Error; err != nil {
 				return err
 			}

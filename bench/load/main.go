@@ -17,6 +17,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/oncepay/gateway/config"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -40,7 +41,7 @@ func main() {
 	flag.StringVar(&o.db, "db", envOr("TEST_DATABASE_URL", rig.DefaultDatabaseURL), "PostgreSQL to create the bench database on")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each scenario")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients")
-	flag.IntVar(&o.conns, "conns", 20, "gateway pool size (DATABASE_MAX_CONNS) and pgbench connections")
+	flag.IntVar(&o.conns, "conns", config.DefaultMaxConns(), "gateway pool size (DATABASE_MAX_CONNS) and pgbench connections")
 	flag.StringVar(&o.scenarios, "scenarios", "new,replay,storm,mix", "scenarios to run, in order")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for <date>.md (empty: stdout only)")
 	flag.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (default: PATH, then /usr/lib/postgresql/*/bin)")

@@ -13,31 +13,30 @@ import (
 )
 
 // paymentSQL is what one new payment costs PostgreSQL on the gateway's hot
-// path, written out for pgbench: the claim's transaction (lock_timeout,
-// INSERT the key ON CONFLICT DO NOTHING, look the payment up by key, INSERT
-// the ledger row, point the key at it), then the completion's transaction
-// (finish the payment, store the answer on the key). The conditions and the
+// path, written out for pgbench: the retry fast path's read of the key (a
+// miss), the claim's transaction (INSERT the key ON CONFLICT DO NOTHING,
+// INSERT the ledger row ON CONFLICT DO NOTHING), then the completion's
+// transaction (finish the payment, store the answer on the key). The conditions and the
 // ~600-byte stored answer mirror idempotency/store.go and payments/store.go,
 // so the tps is the ceiling for the same work without HTTP, auth, JSON and
 // the Go code around it. Keys are random per transaction (collisions in
 // 10^15 are negligible), so every run is a new payment.
 const paymentSQL = `\set k random(1, 1000000000000000)
+SELECT * FROM idempotency_keys WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k LIMIT 1;
 BEGIN;
-SET LOCAL lock_timeout = '5s';
 INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, status_code, locked_until, lock_token, resource_id, created_at)
   VALUES ('ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', 0, now() + interval '30 seconds', 'lock-' || :k, '', now())
   ON CONFLICT DO NOTHING;
-SELECT * FROM payments WHERE merchant_id = 'ten_pgbench' AND idempotency_key = 'pgb-' || :client_id || '-' || :k LIMIT 1;
 INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, created_at, updated_at)
-  VALUES ('pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, now(), now());
-UPDATE idempotency_keys SET resource_id = 'pay_' || :client_id || '_' || :k
-  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k;
+  VALUES ('pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, now(), now())
+  ON CONFLICT (merchant_id, idempotency_key) DO NOTHING;
 COMMIT;
 BEGIN;
 UPDATE payments SET status = 'succeeded', failure_code = '', failure_message = '', provider_transaction_id = 'sim_' || :k, updated_at = now()
   WHERE merchant_id = 'ten_pgbench' AND id = 'pay_' || :client_id || '_' || :k AND status IN ('processing', 'requires_review');
 UPDATE idempotency_keys SET status = 'done', status_code = 201, completed_at = now(),
   response = convert_to('{"id":"pay_' || :client_id || '_' || :k || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
+  resource_id = 'pay_' || :client_id || '_' || :k,
   response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :client_id || '_' || :k || '"}'
   WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k;
 COMMIT;
