@@ -66,6 +66,25 @@
 // TakeOver has TakenOver set, telling the handler that earlier work may
 // exist and must be re-driven, not restarted.
 //
+// # Held claims (PostgreSQL)
+//
+// The middleware claims with ClaimParams.Hold: the INSERT runs in a
+// transaction that stays open, uncommitted, until the owner calls Persist —
+// which runs the owner's own first writes (the payment's ledger row) in the
+// same commit — or Release, which is then a rollback. A new payment thus
+// costs two commits (claim + ledger row, then final state + stored answer),
+// and a body that fails validation writes nothing at all. A concurrent
+// claimer of the key waits on the uncommitted row until the owner persists
+// or releases, or gives up after the connection's lock_timeout and answers
+// 409 (ErrBusy). While its claim is held an owner uses only the claim's
+// transaction, never a second pooled connection: waiters may hold the rest
+// of the pool. A claim still held when the handler returns is persisted, so
+// it stays in progress (the safe default). SQLite has a single writer, so
+// there a claim commits at once.
+//
+// Retries are answered from one read: the middleware looks the key up
+// before it claims, and only the INSERT decides who owns a new key.
+//
 // # Time
 //
 // The lease is compared with the store's clock (Store.WithClock in tests),
