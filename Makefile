@@ -49,13 +49,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags failpoint ./...
 
-# bench: the real gateway binary on a throwaway PostgreSQL database, driven
+# bench: the Go benchmarks of the new-payment and replay paths, then the real
+# gateway binary on a throwaway PostgreSQL database, driven
 # over HTTP (new payments, replays, a same-key storm, a mix), next to
 # pgbench running the same SQL; report on stdout and in bench/results/.
 BENCH_DURATION ?= 10s
 BENCH_CLIENTS  ?= 32
 BENCH_FLAGS    ?=
 bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./payments/
 	$(GO) build -o bin/gateway .
 	$(GO) build -o bin/bench-load ./bench/load
 	bin/bench-load -gateway bin/gateway -db "$(TEST_DATABASE_URL)" -duration $(BENCH_DURATION) -clients $(BENCH_CLIENTS) -out bench/results $(BENCH_FLAGS)
