@@ -144,7 +144,10 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 func (p *Provider) lookupDuplicate(ctx context.Context, req providers.ChargeRequest, major string) (providers.Result, error) {
 	tx, found, err := p.verify(ctx, req.Reference)
 	if err != nil {
-		return providers.Result{}, err
+		// The provider has just said the charge exists: whatever stops us
+		// reading it (even a refused connection, which is "not charged"
+		// elsewhere) leaves the outcome unknown, never "not charged".
+		return providers.Result{}, fmt.Errorf("%s: %w: verifying a duplicate %s: %v", Name, providers.ErrUnknown, "tx_ref", err)
 	}
 	if !found {
 		return providers.Result{}, fmt.Errorf("%s: %w: duplicate tx_ref not found on verify", Name, providers.ErrUnknown)
