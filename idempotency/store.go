@@ -306,7 +306,12 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 // Release deletes the claim: nothing happened outside the gateway (the body
 // was invalid, or the provider never received the charge), so a later
 // request with the key becomes a fresh owner.
-func (s *Store) Release(ctx context.Context, c Claim) error {
+func (s *Store) Release(ctx context.Context, c Claim) error { return s.ReleaseTx(ctx, nil, c) }
+
+// ReleaseTx is Release on the caller's transaction (nil: the pool), so a
+// ledger change that goes with the release (a payment marked never charged)
+// commits only if the claim still owned the key.
+func (s *Store) ReleaseTx(ctx context.Context, tx *gorm.DB, c Claim) error {
 	if tx := c.held.take(); tx != nil {
 		// Never committed: rolling back is the release, and costs nothing.
 		if err := tx.Rollback().Error; err != nil {
@@ -315,7 +320,7 @@ func (s *Store) Release(ctx context.Context, c Claim) error {
 		c.state.set(endReleased)
 		return nil
 	}
-	res := s.exec(ctx, nil).
+	res := s.exec(ctx, tx).
 		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token).
 		Delete(&Record{})
 	if err := checkOwned(res, "release"); err != nil {
@@ -331,7 +336,13 @@ func (s *Store) Release(ctx context.Context, c Claim) error {
 // once instead of waiting out the lease. That is safe because the work is
 // re-driven with the same provider reference, which the provider dedupes.
 func (s *Store) LeaveInProgress(ctx context.Context, c Claim) error {
-	if err := s.owned(ctx, nil, c, "leave in progress", map[string]any{"locked_until": s.clock()}); err != nil {
+	return s.LeaveInProgressTx(ctx, nil, c)
+}
+
+// LeaveInProgressTx is LeaveInProgress on the caller's transaction (nil:
+// the pool).
+func (s *Store) LeaveInProgressTx(ctx context.Context, tx *gorm.DB, c Claim) error {
+	if err := s.owned(ctx, tx, c, "leave in progress", map[string]any{"locked_until": s.clock()}); err != nil {
 		return err
 	}
 	c.state.set(endLeft)

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/flutterwave/flutterwavetest"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
@@ -189,4 +191,31 @@ func TestStripeStaleWebhookIs401(t *testing.T) {
 	r := g.Do("POST", "/v1/webhooks/stripe/"+m.ID, raw, headerPairs(h)...)
 	require.Equal(t, http.StatusUnauthorized, r.StatusCode, string(r.Body))
 	require.Equal(t, "processing", g.Get(m, "/v1/payments/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
+}
+
+// TestRetryNeverReleasesAnUnknownCharge: the first attempt's answer is lost
+// after the provider stored the charge; on the retry the provider cannot be
+// reached at all. That refusal would be a certain non-charge on a first
+// attempt, but here a charge may exist: the retry answers 202 and the key
+// stays in progress for the sweeper, instead of a 503 that releases it.
+func TestRetryNeverReleasesAnUnknownCharge(t *testing.T) {
+	t.Parallel()
+	fake := paystacktest.New(t)
+	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", fake.URL))
+	m := g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	b := body(paystacktest.TokenSuccess)
+
+	fake.DropNextResponse()
+	first := g.Pay(m, "lost", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	require.Equal(t, 1, fake.Charges(providers.Reference(m.ID, "lost")))
+
+	fake.Close() // the provider is now unreachable: connection refused
+	retry := g.Pay(m, "lost", b)
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "processing", retry.JSON(t)["status"])
+	rec, err := g.App.Keys.Get(context.Background(), m.ID, "lost")
+	require.NoError(t, err, "the key is kept")
+	require.Equal(t, idempotency.StatusInProgress, rec.Status)
 }

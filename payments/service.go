@@ -109,7 +109,7 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	}
 	in.Provider = name
 
-	p, err := s.open(ctx, claim, m.ID, in)
+	p, redrive, err := s.open(ctx, claim, m.ID, in)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -120,18 +120,25 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	}
 	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
 	if err != nil {
+		if redrive {
+			// An earlier attempt's outcome is unknown: without the account
+			// nobody can tell, so it stays in progress (and in review).
+			return s.unknown(ctx, claim, &p)
+		}
 		// The account vanished since the token was checked: nothing was
 		// charged, so this is a certain non-charge.
-		return Answer{}, s.notCharged(ctx, claim, &p, err)
+		return s.notCharged(ctx, claim, &p, err)
 	}
 
 	failpoint("before_charge")
 	res, err := s.charge(ctx, prov, &p)
 	failpoint("after_charge")
 	switch {
-	case errors.Is(err, providers.ErrNotCharged):
-		return Answer{}, s.notCharged(ctx, claim, &p, err)
+	case errors.Is(err, providers.ErrNotCharged) && !redrive:
+		return s.notCharged(ctx, claim, &p, err)
 	case err != nil:
+		// Also a certain non-charge of this attempt when an earlier one's
+		// outcome is unknown: that charge may exist, so never release.
 		s.cfg.Log.WarnContext(ctx, "payment outcome unknown; left in progress",
 			"merchant_id", m.ID, "payment_id", p.ID, "provider", p.Provider, "err", err)
 		return s.unknown(ctx, claim, &p)
@@ -146,12 +153,14 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 
 // open writes (or re-opens) the payment row before the provider is called,
 // so a crash during the call leaves the ledger knowing what to look up.
-func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID string, in input) (Payment, error) {
+//
+// redrive is true when the key already had a payment whose outcome is
+// unknown (a takeover): an earlier attempt may have charged.
+func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID string, in input) (p Payment, redrive bool, err error) {
 	now := s.now()
-	var p Payment
 	// Persist commits the claim and the ledger row together (one commit
 	// for a new key); for a taken-over key it is a new transaction.
-	err := s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
+	err = s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
 		// A new key is the common case: insert first, and read only when
 		// the key already has its payment (a retry after a release, a
 		// takeover, or a key reused after its answer was purged).
@@ -191,13 +200,14 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			// the takeover re-drives the charge, which the provider dedupes.
 			p = existing
 			p.Attempts++
+			redrive = true
 			return s.store.Reopen(ctx, tx, &p)
 		}
 	})
 	if errors.Is(err, idempotency.ErrLostClaim) {
-		return Payment{}, keyInUse()
+		return Payment{}, false, keyInUse()
 	}
-	return p, err
+	return p, redrive, err
 }
 
 func (p *Payment) apply(in input, now time.Time) {
@@ -293,23 +303,56 @@ func (s *Service) complete(ctx context.Context, claim idempotency.Claim, p *Paym
 
 // notCharged records a certain non-charge and releases the key so the app's
 // retry charges afresh (same payment, same reference).
-func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) error {
-	_, err := s.store.Finish(ctx, nil, p.MerchantID, p.ID, finishParams{
-		Status: StatusFailed, FailureCode: FailureProviderUnavailable,
-		FailureMessage: "The provider did not accept the charge; retry later.", At: s.now(),
-	})
-	if err != nil {
+func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Answer, error) {
+	ok, err := s.neverCharged(ctx, claim, p, FailureProviderUnavailable,
+		"The provider did not accept the charge; retry later.")
+	switch {
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return Answer{}, keyInUse()
+	case err != nil:
 		// The key stays in progress; the sweeper will find nothing at the
 		// provider and release it.
-		return err
+		return Answer{}, err
+	case !ok:
+		// Settled meanwhile: the ledger's answer is the answer.
+		return s.complete(ctx, claim, p)
 	}
-	p.Status = StatusFailed
-	s.observe(p)
 	s.cfg.Log.WarnContext(ctx, "provider did not charge; key released",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", cause)
-	return s.release(ctx, claim, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+	return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 		"the payment provider is unavailable and did not charge; retry with the same Idempotency-Key").
-		WithRetryAfter(5).With("payment_id", p.ID))
+		WithRetryAfter(5).With("payment_id", p.ID)
+}
+
+// neverCharged marks the payment failed with a code that lets the key be
+// claimed afresh, and releases the key, in one transaction: both happen
+// only while the claim still owns the key (a claim that lost its key to a
+// takeover must not touch the ledger). ok is false, with nothing changed,
+// when the payment is already final; p is then the ledger's payment.
+func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *Payment, code, msg string) (ok bool, err error) {
+	at := s.now()
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if ok, err = s.store.Finish(ctx, tx, p.MerchantID, p.ID, finishParams{
+			Status: StatusFailed, FailureCode: code, FailureMessage: msg, At: at,
+		}); err != nil || !ok {
+			return err
+		}
+		return s.keys.ReleaseTx(ctx, tx, claim)
+	})
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		cur, err := s.store.GetByKey(ctx, nil, p.MerchantID, p.IdempotencyKey)
+		if err != nil {
+			return false, err
+		}
+		*p = cur
+		return false, nil
+	}
+	p.Status, p.FailureCode, p.FailureMessage, p.UpdatedAt = StatusFailed, code, msg, at
+	s.observe(p)
+	return true, nil
 }
 
 // unknown answers 202: the payment is processing and its key stays in

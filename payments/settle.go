@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"gorm.io/gorm"
+
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
@@ -34,6 +36,14 @@ const (
 // claim. Settle never creates a charge: it asks the provider with Lookup,
 // and a charge the provider never saw is released, not made.
 func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
+	return s.settle(ctx, claim, true)
+}
+
+// settle is Settle; mayRelease says whether "the provider does not know the
+// reference" may release the key. Only the sweeper, which waits
+// SWEEP_STALE_AFTER, may conclude that: a webhook can arrive a moment after
+// a timeout, while the charge is still on its way to the provider.
+func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayRelease bool) (Settlement, error) {
 	p, err := s.store.GetByKey(ctx, nil, claim.MerchantID, claim.Key)
 	if errors.Is(err, ErrNotFound) {
 		// The ledger row commits before any provider call, so no row means
@@ -74,19 +84,21 @@ func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settleme
 		}
 		return Resolved, nil
 	case providers.OutcomeNotFound:
-		ok, err := s.store.Finish(ctx, nil, p.MerchantID, p.ID, finishParams{
-			Status: StatusFailed, FailureCode: FailureNotProcessed,
-			FailureMessage: "The provider never received the charge; retry with the same Idempotency-Key.",
-			At:             s.now(),
-		})
+		if !mayRelease {
+			return s.stillUnknown(ctx, claim, &p, nil)
+		}
+		ok, err := s.neverCharged(ctx, claim, &p, FailureNotProcessed,
+			"The provider never received the charge; retry with the same Idempotency-Key.")
 		if err != nil {
 			return "", err
 		}
-		if ok {
-			p.Status = StatusFailed
-			s.observe(&p)
+		if !ok {
+			if _, err := s.complete(ctx, claim, &p); err != nil {
+				return "", err
+			}
+			return Skipped, nil
 		}
-		return Released, s.keys.Release(ctx, claim)
+		return Released, nil
 	default:
 		return s.stillUnknown(ctx, claim, &p, nil)
 	}
@@ -97,7 +109,17 @@ func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settleme
 func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Settlement, error) {
 	result := Pending
 	if s.now().Sub(p.CreatedAt) >= s.cfg.ReviewAfter && p.Status == StatusProcessing {
-		if err := s.store.MarkReview(ctx, p.MerchantID, p.ID, s.now()); err != nil {
+		// Flagged only while the claim still owns the key.
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
+				return err
+			}
+			return s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, s.now())
+		})
+		if errors.Is(err, idempotency.ErrLostClaim) {
+			return Skipped, nil
+		}
+		if err != nil {
 			return "", err
 		}
 		p.Status = StatusRequiresReview
@@ -105,11 +127,13 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 		s.cfg.Log.WarnContext(ctx, "payment requires review: provider outcome unknown past REVIEW_AFTER",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider)
 		result = Review
-	} else if p.Status == StatusRequiresReview {
-		result = Review
-	}
-	if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
-		return "", err
+	} else {
+		if p.Status == StatusRequiresReview {
+			result = Review
+		}
+		if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+			return "", err
+		}
 	}
 	if cause != nil {
 		return result, fmt.Errorf("payments: settle %s: %w", p.ID, cause)

@@ -153,8 +153,8 @@ func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Pa
 }
 
 // MarkReview flags a payment still processing for a human.
-func (s *Store) MarkReview(ctx context.Context, merchantID, id string, at time.Time) error {
-	err := s.exec(ctx, nil).Model(&Payment{}).
+func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) error {
+	err := s.exec(ctx, tx).Model(&Payment{}).
 		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, StatusProcessing).
 		Updates(map[string]any{"status": StatusRequiresReview, "updated_at": at}).Error
 	return interpret("mark review", err)

@@ -66,7 +66,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	if !ok {
 		return WebhookResult{Status: "deferred", PaymentID: p.ID}, nil
 	}
-	st, err := s.Settle(ctx, claim)
+	st, err := s.settle(ctx, claim, false)
 	if err != nil {
 		// The provider could not tell us now; it will retry the webhook,
 		// and the sweeper is there regardless.
