@@ -219,3 +219,30 @@ func TestRetryNeverReleasesAnUnknownCharge(t *testing.T) {
 	require.NoError(t, err, "the key is kept")
 	require.Equal(t, idempotency.StatusInProgress, rec.Status)
 }
+
+// TestOldUnknownPaymentIsLookedUpNotRecharged: past the providers' dedupe
+// window (Stripe keeps an Idempotency-Key 24h) a retry that takes over an
+// unknown payment must not send the charge again; it asks the provider.
+func TestOldUnknownPaymentIsLookedUpNotRecharged(t *testing.T) {
+	t.Parallel()
+	fake := stripetest.New(t)
+	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", fake.URL))
+	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
+		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+	b := body(stripetest.TokenPending)
+	b["currency"] = "USD"
+	first := g.Pay(m, "old", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+
+	// A day passes; meanwhile the charge succeeded at Stripe.
+	ref := providers.Reference(m.ID, "old")
+	require.NoError(t, fake.Settle(ref, providers.OutcomeSucceeded))
+	require.NoError(t, g.App.DB().Exec("UPDATE payments SET created_at = ? WHERE merchant_id = ?",
+		time.Now().UTC().Add(-25*time.Hour), m.ID).Error)
+
+	retry := g.Pay(m, "old", b)
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.Equal(t, 1, fake.Charges(ref))
+	requireReplay(t, retry, g.Pay(m, "old", b))
+}

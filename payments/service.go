@@ -118,6 +118,9 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		// answer was purged after KEY_TTL): answer it again, never charge.
 		return s.complete(ctx, claim, &p)
 	}
+	if redrive && s.now().Sub(p.CreatedAt) > redriveWindow {
+		return s.lookUpInstead(ctx, claim, &p)
+	}
 	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
 	if err != nil {
 		if redrive {
@@ -149,6 +152,36 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		return s.unknown(ctx, claim, &p)
 	}
 	return s.finish(ctx, claim, &p, res)
+}
+
+// redriveWindow is how long after a payment's first attempt a takeover may
+// still re-send the charge. Providers dedupe a repeated reference for at
+// least this long (Stripe replays an Idempotency-Key for 24 hours; Paystack
+// and Flutterwave reject a reused reference for good); past it, a re-sent
+// charge could be a second one, so the gateway only looks the charge up.
+const redriveWindow = 23 * time.Hour
+
+// lookUpInstead settles an old unknown payment for the app's retry the way
+// the sweeper would — Lookup, never Charge — and answers what that gave.
+func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p *Payment) (Answer, error) {
+	st, err := s.settle(ctx, claim, true)
+	if err != nil {
+		return s.unknown(ctx, claim, p)
+	}
+	switch st {
+	case Resolved, Skipped:
+		rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+		if err != nil {
+			return Answer{}, err
+		}
+		return rec.Response(), nil
+	case Released:
+		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+			"the provider never received this payment; retry with the same Idempotency-Key to charge it").
+			WithRetryAfter(1).With("payment_id", p.ID)
+	default:
+		return s.unknown(ctx, claim, p)
+	}
 }
 
 // open writes (or re-opens) the payment row before the provider is called,
