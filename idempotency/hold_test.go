@@ -80,3 +80,20 @@ func TestHeldClaim(t *testing.T) {
 		require.NotNil(t, rec, "once persisted, the claim is an ordinary in-progress key")
 	})
 }
+
+// A retry takes a lapsed key over only while the key still belongs to its
+// own request: released and re-claimed by another body, it is not its key.
+func TestTakeOverRequestChecksTheFingerprint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := idempotency.NewStore(dbtest.Postgres(t))
+	_, _, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "body-b", Lease: -1})
+	require.NoError(t, err)
+	_, ok, err := s.TakeOverRequest(ctx, "m1", "k", "body-a", lease)
+	require.NoError(t, err)
+	require.False(t, ok, "another request's key")
+	c, ok, err := s.TakeOverRequest(ctx, "m1", "k", "body-b", lease)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, c.TakenOver)
+}

@@ -149,7 +149,7 @@ func Middleware(cfg Config) fiber.Handler {
 			observe(OutcomeConflict)
 			return inUse(c)
 		}
-		claim, ok, err := s.TakeOver(ctx, merchantID, key, cfg.Lease)
+		claim, ok, err := s.TakeOverRequest(ctx, merchantID, key, hash, cfg.Lease)
 		if err != nil {
 			log.ErrorContext(ctx, "idempotency: take over failed", "err", err)
 			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))

@@ -222,12 +222,26 @@ func (s *Store) newClaim(merchantID, key, token string, until time.Time, takenOv
 // owner's token stops working (ErrLostClaim). ok is false, with no error,
 // when the key is missing, done, or still leased.
 func (s *Store) TakeOver(ctx context.Context, merchantID, key string, lease time.Duration) (Claim, bool, error) {
+	return s.takeOver(ctx, merchantID, key, "", lease)
+}
+
+// TakeOverRequest is TakeOver for a retry of the request with this
+// fingerprint: it wins only if the key still belongs to that same request
+// (it may have been released and claimed by another body meanwhile).
+func (s *Store) TakeOverRequest(ctx context.Context, merchantID, key, requestHash string, lease time.Duration) (Claim, bool, error) {
+	return s.takeOver(ctx, merchantID, key, requestHash, lease)
+}
+
+func (s *Store) takeOver(ctx context.Context, merchantID, key, requestHash string, lease time.Duration) (Claim, bool, error) {
 	now := s.clock()
 	token := uuid.NewString()
 	until := now.Add(lease)
-	res := s.exec(ctx, nil).Model(&Record{}).
-		Where("merchant_id = ? AND key = ? AND status = ? AND locked_until < ?", merchantID, key, StatusInProgress, now).
-		Updates(map[string]any{"lock_token": token, "locked_until": until})
+	q := s.exec(ctx, nil).Model(&Record{}).
+		Where("merchant_id = ? AND key = ? AND status = ? AND locked_until < ?", merchantID, key, StatusInProgress, now)
+	if requestHash != "" {
+		q = q.Where("request_hash = ?", requestHash)
+	}
+	res := q.Updates(map[string]any{"lock_token": token, "locked_until": until})
 	if res.Error != nil {
 		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", res.Error)
 	}
