@@ -395,13 +395,13 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Tenant, error) 
 		s.log.DebugContext(ctx, "token rejected", "reason", err.Error())
 		return Tenant{}, ErrInvalidToken
 	}
-	p, ok := s.cache.get(c.Subject, c.ClientID)
+	p, ok, epoch := s.cache.get(c.Subject, c.ClientID)
 	if !ok {
 		p, err = s.loadPrincipal(ctx, c.Subject, c.ClientID)
 		if err != nil {
 			return Tenant{}, err
 		}
-		s.cache.put(c.Subject, c.ClientID, p)
+		s.cache.put(c.Subject, c.ClientID, p, epoch)
 	}
 	switch {
 	case !p.found:
@@ -440,12 +440,13 @@ func (s *Service) loadPrincipal(ctx context.Context, tenantID, clientID string) 
 // (the simulator) works without an account. Errors: ErrNotFound (no such
 // tenant), ErrProviderNotConfigured, or the registry's errors.
 func (s *Service) Provider(ctx context.Context, tenantID, name string) (providers.Provider, error) {
-	if p, ok := s.accounts.get(tenantID, name); ok {
+	p, ok, epoch := s.accounts.get(tenantID, name)
+	if ok {
 		return p, nil
 	}
 	p, err := s.provider(ctx, tenantID, name)
 	if err == nil {
-		s.accounts.put(tenantID, name, p)
+		s.accounts.put(tenantID, name, p, epoch)
 	}
 	return p, err
 }
@@ -642,6 +643,10 @@ type ttlCache[V any] struct {
 	now func() time.Time
 	mu  sync.Mutex
 	m   map[[2]string]cacheEntry[V]
+	// epoch counts forgets. A value read from the database before a forget
+	// may be stale (the change that caused the forget happened after the
+	// read), so put keeps it only if no forget happened since its get.
+	epoch uint64
 }
 
 type cacheEntry[V any] struct {
@@ -656,26 +661,30 @@ func newTTLCache[V any](ttl time.Duration, now func() time.Time) *ttlCache[V] {
 	return &ttlCache[V]{ttl: ttl, now: now, m: map[[2]string]cacheEntry[V]{}}
 }
 
-func (c *ttlCache[V]) get(tenantID, name string) (V, bool) {
-	var zero V
+// get returns the cached value, or on a miss the epoch to hand to put.
+func (c *ttlCache[V]) get(tenantID, name string) (v V, ok bool, epoch uint64) {
 	if c.ttl <= 0 {
-		return zero, false
+		return v, false, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[[2]string{tenantID, name}]
 	if !ok || !c.now().Before(e.expires) {
-		return zero, false
+		return v, false, c.epoch
 	}
-	return e.v, true
+	return e.v, true, c.epoch
 }
 
-func (c *ttlCache[V]) put(tenantID, name string, v V) {
+// put caches v, read from the database after the get that returned epoch.
+func (c *ttlCache[V]) put(tenantID, name string, v V, epoch uint64) {
 	if c.ttl <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if epoch != c.epoch {
+		return // forgotten meanwhile: v may predate the change
+	}
 	if len(c.m) >= maxCacheEntries {
 		clear(c.m)
 	}
@@ -685,6 +694,7 @@ func (c *ttlCache[V]) put(tenantID, name string, v V) {
 func (c *ttlCache[V]) forget(tenantID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.epoch++
 	for k := range c.m {
 		if k[0] == tenantID {
 			delete(c.m, k)
