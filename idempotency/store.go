@@ -400,7 +400,8 @@ func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
 	}
 	var recs []Record
-	err := q.Where("status = ? AND created_at < ? AND locked_until < ?", StatusInProgress, p.OlderThan.UTC(), s.clock()).
+	// completed_at IS NULL selects the partial index of open keys.
+	err := q.Where("completed_at IS NULL AND status = ? AND created_at < ? AND locked_until < ?", StatusInProgress, p.OlderThan.UTC(), s.clock()).
 		Order("created_at, merchant_id, key").
 		Limit(limit).
 		Find(&recs).Error
