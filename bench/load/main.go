@@ -45,6 +45,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "new,replay,storm,mix", "scenarios to run, in order")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for <date>.md (empty: stdout only)")
 	flag.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (default: PATH, then /usr/lib/postgresql/*/bin)")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds in which new payments and pgbench alternate; the report gives medians")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -55,7 +56,7 @@ func main() {
 type options struct {
 	gateway, db, scenarios, out, pgbench string
 	duration                             time.Duration
-	clients, conns                       int
+	clients, conns, rounds               int
 }
 
 func envOr(name, def string) string {
@@ -129,12 +130,34 @@ func run(ctx context.Context, o options) error {
 	// statements, TLS-free keep-alive connections) before measuring.
 	d.measure("warmup", "", d.newPayment("sim_success"), min(2*time.Second, o.duration))
 
+	pgb := findPgbench(o.pgbench)
+	if pgb == "" {
+		fmt.Fprintln(os.Stderr, "bench: pgbench not found; the PostgreSQL ceiling is left out")
+	}
 	var results []result
+	var rounds []round
 	for _, name := range strings.Split(o.scenarios, ",") {
 		var r result
 		switch strings.TrimSpace(name) {
 		case "new":
-			r = d.measure("new", "a new key per request (sim_success): claim, ledger row, charge, completion", d.newPayment("sim_success"), o.duration)
+			// This machine's speed drifts by ±20% within minutes (shared
+			// cores, fsync latency), so one gateway run against one pgbench
+			// run a minute later can say anything. New payments and the
+			// ceiling alternate instead, each round's ratio is taken from
+			// runs seconds apart, and the report gives the medians.
+			for i := range max(1, o.rounds) {
+				rd := round{new: d.measure("new", "a new key per request (sim_success): claim, ledger row, charge, completion", d.newPayment("sim_success"), o.duration)}
+				fmt.Fprintf(os.Stderr, "bench: round %d: new %8.0f req/s  p50 %v  p99 %v\n", i+1, rd.new.rate(), rd.new.pct(.5), rd.new.pct(.99))
+				if pgb != "" {
+					// The gateway sits idle meanwhile: its sweeper's one
+					// query per interval is all it adds.
+					if rd.ceiling, err = ceilings(ctx, pgb, db.URL, o, filepath.Join(dir, strconv.Itoa(i))); err != nil {
+						return err
+					}
+				}
+				rounds = append(rounds, rd)
+			}
+			r = medianRound(rounds).new
 		case "replay":
 			r, err = d.replay()
 		case "storm":
@@ -150,30 +173,9 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(os.Stderr, "bench: %-7s %8.0f req/s  p50 %v  p99 %v\n", r.name, r.rate(), r.pct(.5), r.pct(.99))
 		results = append(results, r)
 	}
-
-	// The gateway is stopped before pgbench so the two never share the
-	// two cores.
 	gw.Stop()
-	var ceiling []result
-	pgb := findPgbench(o.pgbench)
-	if pgb == "" {
-		fmt.Fprintln(os.Stderr, "bench: pgbench not found; the PostgreSQL ceiling is left out")
-	} else {
-		for _, s := range []struct{ name, what, sql string }{
-			{"pgbench: payment SQL", "the claim and completion transactions of a new payment (2 commits)", paymentSQL},
-			{"pgbench: + simulator row", "the same plus the simulator's charge row (3 commits, what `new` really writes)", paymentSQL + simulatorSQL},
-		} {
-			r, err := runPgbench(ctx, pgb, db.URL, s.sql, o.conns, o.duration, filepath.Join(dir, strconv.Itoa(len(ceiling))))
-			if err != nil {
-				return err
-			}
-			r.name, r.what = s.name, s.what
-			slices.Sort(r.latencies)
-			fmt.Fprintf(os.Stderr, "bench: %s %8.0f tx/s\n", r.name, r.rate())
-			ceiling = append(ceiling, r)
-		}
-	}
-	report := render(o, results, ceiling)
+
+	report := render(o, results, rounds)
 	fmt.Print(report)
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -405,13 +407,13 @@ func (d *driver) mix() call {
 	}
 }
 
-func render(o options, results, ceiling []result) string {
+func render(o options, results []result, rounds []round) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Gateway benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s, %s. Gateway and clients share the machine with PostgreSQL.\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion(o.db))
-	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d`.\n\n",
-		o.clients, o.duration, o.conns, o.duration, o.clients)
+	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, %d rounds of new payments alternating with pgbench, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d`.\n\n",
+		o.clients, o.duration, len(rounds), o.conns, o.duration, o.clients)
 	b.WriteString("| scenario | req/s | p50 | p95 | p99 | answers | what |\n|---|---:|---:|---:|---:|---|---|\n")
 	row := func(r result) {
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.rate(),
@@ -420,22 +422,44 @@ func render(o options, results, ceiling []result) string {
 	for _, r := range results {
 		row(r)
 	}
-	for _, r := range ceiling {
-		row(r)
+	withCeiling := len(rounds) > 0 && len(rounds[0].ceiling) > 0
+	if withCeiling {
+		for i := range scripts {
+			row(medianCeiling(rounds, i))
+		}
 	}
-	if len(ceiling) > 0 {
-		b.WriteString("\n")
-		var newRate float64
-		for _, r := range results {
-			if r.name == "new" {
-				newRate = r.rate()
+	if len(rounds) > 0 {
+		fmt.Fprintf(&b, "\nThe `new` row%s is the median of %d rounds; in each round new payments ran first and pgbench right after, on the same database.\n\n",
+			map[bool]string{true: " and each pgbench row", false: ""}[withCeiling], len(rounds))
+		b.WriteString("| round | new req/s |")
+		for _, s := range scripts {
+			if withCeiling {
+				fmt.Fprintf(&b, " %s tx/s | ratio |", strings.TrimPrefix(s.name, "pgbench: "))
 			}
 		}
-		if newRate > 0 {
-			for _, c := range ceiling {
-				fmt.Fprintf(&b, "New payments through the gateway reach **%.0f%%** of %s (%.0f tx/s, %d connections, prepared statements).\n",
-					100*newRate/c.rate(), strings.TrimPrefix(c.name, "pgbench: "), c.rate(), o.conns)
+		b.WriteString("\n|---:|---:|")
+		if withCeiling {
+			b.WriteString(strings.Repeat("---:|---:|", len(scripts)))
+		}
+		b.WriteString("\n")
+		for n, r := range rounds {
+			fmt.Fprintf(&b, "| %d | %.0f |", n+1, r.new.rate())
+			for i := range r.ceiling {
+				fmt.Fprintf(&b, " %.0f | %.0f%% |", r.ceiling[i].rate(), 100*r.ratio(i))
 			}
+			b.WriteString("\n")
+		}
+	}
+	if withCeiling {
+		b.WriteString("\n")
+		for i, s := range scripts {
+			ratios := make([]float64, len(rounds))
+			for n, r := range rounds {
+				ratios[n] = r.ratio(i)
+			}
+			slices.Sort(ratios)
+			fmt.Fprintf(&b, "New payments through the gateway reach **%.0f%%** of %s (median of the rounds' ratios; %d connections, prepared statements).\n",
+				100*ratios[len(ratios)/2], strings.TrimPrefix(s.name, "pgbench: "), o.conns)
 		}
 	}
 	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -111,4 +112,70 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d tim
 	}
 	r := result{elapsed: time.Duration(secs) * time.Second, latencies: lat, statuses: map[int]int{0: len(lat)}}
 	return r, nil
+}
+
+// scripts are the ceilings measured each round.
+var scripts = []struct{ name, what, sql string }{
+	{"pgbench: payment SQL", "the claim and completion transactions of a new payment (2 commits)", paymentSQL},
+	{"pgbench: + simulator row", "the same plus the simulator's charge row (3 commits, what `new` really writes)", paymentSQL + simulatorSQL},
+}
+
+// ceilings runs every script once, for o.duration each, with as many
+// connections as the gateway's pool.
+func ceilings(ctx context.Context, bin, dbURL string, o options, dir string) ([]result, error) {
+	var out []result
+	for i, s := range scripts {
+		r, err := runPgbench(ctx, bin, dbURL, s.sql, o.conns, o.duration, filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			return nil, err
+		}
+		r.name, r.what = s.name, s.what
+		slices.Sort(r.latencies)
+		fmt.Fprintf(os.Stderr, "bench:          %s %8.0f tx/s\n", r.name, r.rate())
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// round is one run of new payments and the ceilings measured right after.
+type round struct {
+	new     result
+	ceiling []result // one per script; empty without pgbench
+}
+
+// ratio is new payments' rate as a fraction of script i's.
+func (r round) ratio(i int) float64 {
+	if i >= len(r.ceiling) || r.ceiling[i].rate() == 0 {
+		return 0
+	}
+	return r.new.rate() / r.ceiling[i].rate()
+}
+
+// medianRound is the round whose new-payment rate is the median.
+func medianRound(rs []round) round {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b round) int { return cmpRate(a.new, b.new) })
+	return s[len(s)/2]
+}
+
+// medianCeiling is, for script i, the round whose rate is the median.
+func medianCeiling(rs []round, i int) result {
+	var s []result
+	for _, r := range rs {
+		if i < len(r.ceiling) {
+			s = append(s, r.ceiling[i])
+		}
+	}
+	slices.SortFunc(s, cmpRate)
+	return s[len(s)/2]
+}
+
+func cmpRate(a, b result) int {
+	switch {
+	case a.rate() < b.rate():
+		return -1
+	case a.rate() > b.rate():
+		return 1
+	}
+	return 0
 }
