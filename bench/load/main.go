@@ -429,8 +429,11 @@ func render(o options, results []result, rounds []round) string {
 		}
 	}
 	if len(rounds) > 0 {
-		fmt.Fprintf(&b, "\nThe `new` row%s is the median of %d rounds; in each round new payments ran first and pgbench right after, on the same database.\n\n",
-			map[bool]string{true: " and each pgbench row", false: ""}[withCeiling], len(rounds))
+		rows := "The `new` row is"
+		if withCeiling {
+			rows = "The `new` row and each pgbench row are"
+		}
+		fmt.Fprintf(&b, "\n%s the median of %d rounds; in each round new payments ran first and pgbench right after, on the same database.\n\n", rows, len(rounds))
 		b.WriteString("| round | new req/s |")
 		for _, s := range scripts {
 			if withCeiling {
