@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -170,12 +171,4 @@ func medianCeiling(rs []round, i int) result {
 	return s[len(s)/2]
 }
 
-func cmpRate(a, b result) int {
-	switch {
-	case a.rate() < b.rate():
-		return -1
-	case a.rate() > b.rate():
-		return 1
-	}
-	return 0
-}
+func cmpRate(a, b result) int { return cmp.Compare(a.rate(), b.rate()) }
