@@ -288,17 +288,9 @@ func checkOwned(res *gorm.DB, op string) error {
 // and the ledger commit (or roll back) together. ErrLostClaim means the key
 // was taken over: roll the transaction back, the new owner answers.
 func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) error {
-	var header any // NULL when there are no headers
-	if len(r.Header) > 0 {
-		b, err := json.Marshal(r.Header)
-		if err != nil {
-			return fmt.Errorf("idempotency: complete: %w", err)
-		}
-		header = string(b)
-	}
-	body := r.Body
-	if body == nil {
-		body = []byte{}
+	header, body, err := encodeAnswer(r)
+	if err != nil {
+		return err
 	}
 	values := map[string]any{
 		"status":           StatusDone,
@@ -315,6 +307,90 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 	}
 	c.state.set(endCompleted)
 	return nil
+}
+
+// CompleteWith is Complete together with the caller's write of the
+// resource's final state, as one statement: one round trip and one commit
+// instead of a transaction's four round trips, for the path every
+// successful request ends on. PostgreSQL only (data-modifying CTEs); on
+// SQLite it returns errors.ErrUnsupported and the caller uses Complete in a
+// transaction.
+//
+// write is an UPDATE (or INSERT … SELECT) that must apply only while the
+// claim owns its key: it runs as a CTE beside one named claim, which yields
+// a row exactly when the key is still in progress under c's token — and
+// locks that row, so no takeover can slip in between — and it must include
+// `EXISTS (SELECT 1 FROM claim)` in its condition and end in RETURNING 1.
+// The key is completed with r only if write affected a row.
+//
+// The outcomes: ErrLostClaim when the claim no longer owns the key (nothing
+// written); applied false, with nothing written, when write matched no row
+// (for a payment: someone settled it first — the caller falls back to its
+// transaction and answers from the ledger); applied true when both were
+// written.
+func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr) (applied bool, err error) {
+	db := s.exec(ctx, nil)
+	if db.Dialector.Name() != "postgres" {
+		return false, errors.ErrUnsupported
+	}
+	if c.Held() {
+		// Never on the request path (the ledger row's Persist commits the
+		// claim before the provider is called); a held claim would have
+		// to commit first or the statement would wait on its own row.
+		if err := s.Persist(ctx, c, nil); err != nil {
+			return false, err
+		}
+	}
+	header, body, err := encodeAnswer(r)
+	if err != nil {
+		return false, err
+	}
+	var out struct{ Owned, Completed int }
+	err = db.Raw(`WITH claim AS (
+  SELECT 1 FROM idempotency_keys
+  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ?
+  FOR UPDATE
+), resource AS (?), done AS (
+  UPDATE idempotency_keys
+  SET status = ?, status_code = ?, response = ?, response_headers = ?, completed_at = ?,
+      resource_id = CASE WHEN ? = '' THEN resource_id ELSE ? END
+  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ? AND EXISTS (SELECT 1 FROM resource)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`,
+		c.MerchantID, c.Key, StatusInProgress, c.Token,
+		write,
+		StatusDone, r.Status, body, header, s.clock(),
+		r.ResourceID, r.ResourceID,
+		c.MerchantID, c.Key, StatusInProgress, c.Token,
+	).Scan(&out).Error
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("idempotency: complete: %w", err)
+	case out.Owned != 1:
+		return false, fmt.Errorf("idempotency: complete: %w", ErrLostClaim)
+	case out.Completed != 1:
+		return false, nil
+	}
+	c.state.set(endCompleted)
+	return true, nil
+}
+
+// encodeAnswer is r's headers and body as the columns store them: headers
+// as JSON text (NULL when there are none), the body never NULL.
+func encodeAnswer(r Response) (header any, body []byte, err error) {
+	if len(r.Header) > 0 {
+		b, err := json.Marshal(r.Header)
+		if err != nil {
+			return nil, nil, fmt.Errorf("idempotency: complete: %w", err)
+		}
+		header = string(b)
+	}
+	body = r.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return header, body, nil
 }
 
 // Release deletes the claim: nothing happened outside the gateway (the body

@@ -22,21 +22,40 @@ import (
 )
 
 // ledger counts what the gateway asks of PostgreSQL: commits that write
-// (an explicit transaction's COMMIT, or a write outside one) and reads of
-// the idempotency and payment tables. The simulator's own table stands for
-// the provider's storage and is not counted.
+// (an explicit transaction's COMMIT, or a write outside one), reads of the
+// idempotency and payment tables, and round trips (every statement, BEGIN,
+// COMMIT and ROLLBACK). The simulator's own table stands for the
+// provider's storage and is not counted.
 type ledger struct {
 	mu      sync.Mutex
 	commits int
 	reads   int
+	trips   int
 }
 
-func (l *ledger) reset() (commits, reads int) {
+func (l *ledger) reset() (commits, reads, trips int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	commits, reads = l.commits, l.reads
-	l.commits, l.reads = 0, 0
-	return commits, reads
+	commits, reads, trips = l.commits, l.reads, l.trips
+	l.commits, l.reads, l.trips = 0, 0, 0
+	return commits, reads, trips
+}
+
+func (l *ledger) trip() {
+	l.mu.Lock()
+	l.trips++
+	l.mu.Unlock()
+}
+
+// writes reports whether q changes rows: a plain INSERT, UPDATE or DELETE,
+// or a WITH statement with one of them inside.
+func writes(q string) bool {
+	for _, w := range []string{"INSERT", "UPDATE", "DELETE"} {
+		if strings.HasPrefix(q, w) || strings.HasPrefix(q, "WITH") && strings.Contains(q, w+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *ledger) see(query string, inTx *bool) {
@@ -46,8 +65,9 @@ func (l *ledger) see(query string, inTx *bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.trips++
 	switch {
-	case strings.HasPrefix(q, "INSERT"), strings.HasPrefix(q, "UPDATE"), strings.HasPrefix(q, "DELETE"):
+	case writes(q):
 		if inTx != nil {
 			*inTx = true
 		} else {
@@ -80,6 +100,7 @@ func (p countingPool) QueryRowContext(ctx context.Context, q string, args ...any
 	return p.inner.QueryRowContext(ctx, q, args...)
 }
 func (p countingPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
+	p.l.trip()
 	tx, err := p.inner.(gorm.TxBeginner).BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -110,6 +131,7 @@ func (t *countingTx) QueryRowContext(ctx context.Context, q string, args ...any)
 	return t.tx.QueryRowContext(ctx, q, args...)
 }
 func (t *countingTx) Commit() error {
+	t.l.trip()
 	if t.wrote {
 		t.l.mu.Lock()
 		t.l.commits++
@@ -117,12 +139,16 @@ func (t *countingTx) Commit() error {
 	}
 	return t.tx.Commit()
 }
-func (t *countingTx) Rollback() error { return t.tx.Rollback() }
+func (t *countingTx) Rollback() error {
+	t.l.trip()
+	return t.tx.Rollback()
+}
 
 // TestDatabaseCostPerPayment holds the hot path to its budget: a new
 // payment is two commits (claim + ledger row, then final state + stored
-// answer), a replay is one read and no commit, and a body that fails
-// validation writes nothing at all.
+// answer) in six round trips (the key's read, the claim's BEGIN, INSERT,
+// INSERT, COMMIT, and the completion's one statement), a replay is one read
+// and no commit, and a body that fails validation writes nothing at all.
 func TestDatabaseCostPerPayment(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.PostgresURL(t)
@@ -150,21 +176,22 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	l.reset()
 	r := g.Pay(m, "new", body("sim_success"))
 	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	commits, _ := l.reset()
-	t.Logf("new payment: %d commits", commits)
-	require.LessOrEqual(t, commits, 2, "a new payment commits at most twice")
-	require.Positive(t, commits)
+	commits, _, trips := l.reset()
+	t.Logf("new payment: %d commits, %d round trips", commits, trips)
+	require.Equal(t, 2, commits, "a new payment commits twice")
+	require.LessOrEqual(t, trips, 6, "a new payment's round trips to PostgreSQL")
 
 	r = g.Pay(m, "new", body("sim_success"))
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-	commits, reads := l.reset()
+	commits, reads, trips := l.reset()
 	require.Zero(t, commits, "a replay writes nothing")
 	require.Equal(t, 1, reads, "a replay is one read")
+	require.Equal(t, 1, trips, "a replay is one round trip")
 
 	bad := body("sim_success")
 	bad["amount"] = -1
 	r = g.Pay(m, "invalid", bad)
 	require.Equal(t, http.StatusBadRequest, r.StatusCode)
-	commits, _ = l.reset()
+	commits, _, _ = l.reset()
 	require.Zero(t, commits, "a validation failure writes nothing")
 }

@@ -278,8 +278,9 @@ func (s *Service) observeProvider(provider, op string, err error, d time.Duratio
 	s.cfg.ObserveProvider(provider, op, class, d)
 }
 
-// finish records a final outcome and completes the key with the answer, in
-// one transaction.
+// finish records a final outcome and completes the key with the answer,
+// atomically: one statement when the payment is still open (the request
+// path), else a transaction that answers from the ledger.
 func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Payment, res providers.Result) (Answer, error) {
 	now := s.now()
 	f := finishParams{Status: StatusSucceeded, TransactionID: res.TransactionID, At: now}
@@ -291,17 +292,33 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 		}
 		f.FailureMessage = res.FailureMessage
 	}
-	var answer Answer
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ok, err := s.store.Finish(ctx, tx, p.MerchantID, p.ID, f)
+	// The common case in one statement: the payment was still open and the
+	// claim still owns the key.
+	next := *p
+	f.applyTo(&next)
+	answer := Render(&next)
+	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.ID, claim.Key, f))
+	switch {
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return Answer{}, keyInUse()
+	case errors.Is(err, errors.ErrUnsupported):
+		// SQLite: the transaction below.
+	case err != nil:
+		return Answer{}, err
+	case applied:
+		*p = next
+		s.observe(p)
+		return answer, nil
+	}
+	// Settled by someone else first (or SQLite): complete the key with the
+	// ledger's state, in one transaction.
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ok, err := s.store.Finish(ctx, tx, p.ID, f)
 		if err != nil {
 			return err
 		}
 		if ok {
-			p.Status, p.FailureCode, p.FailureMessage, p.UpdatedAt = f.Status, f.FailureCode, f.FailureMessage, now
-			if f.TransactionID != "" {
-				p.ProviderTransactionID = f.TransactionID
-			}
+			f.applyTo(p)
 		} else {
 			// Someone settled it first: the ledger's state is the answer.
 			cur, err := s.store.GetByKey(ctx, tx, p.MerchantID, p.IdempotencyKey)
@@ -365,7 +382,7 @@ func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Pa
 func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *Payment, code, msg string) (ok bool, err error) {
 	at := s.now()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if ok, err = s.store.Finish(ctx, tx, p.MerchantID, p.ID, finishParams{
+		if ok, err = s.store.Finish(ctx, tx, p.ID, finishParams{
 			Status: StatusFailed, FailureCode: code, FailureMessage: msg, At: at,
 		}); err != nil || !ok {
 			return err

@@ -17,8 +17,9 @@ import (
 // paymentSQL is what one new payment costs PostgreSQL on the gateway's hot
 // path, written out for pgbench: the retry fast path's read of the key (a
 // miss), the claim's transaction (INSERT the key ON CONFLICT DO NOTHING,
-// INSERT the ledger row ON CONFLICT DO NOTHING), then the completion's
-// transaction (finish the payment, store the answer on the key). The conditions and the
+// INSERT the ledger row ON CONFLICT DO NOTHING), then the completion's one
+// statement (lock the key, finish the payment, store the answer on the key:
+// idempotency.Store.CompleteWith with payments' finishClaimed). The conditions and the
 // ~600-byte stored answer mirror idempotency/store.go and payments/store.go,
 // so the tps is the ceiling for the same work without HTTP, auth, JSON and
 // the Go code around it. Keys are random per transaction (collisions in
@@ -33,15 +34,26 @@ INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status
   VALUES ('pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, now(), now())
   ON CONFLICT (merchant_id, idempotency_key) DO NOTHING;
 COMMIT;
-BEGIN;
-UPDATE payments SET status = 'succeeded', failure_code = '', failure_message = '', provider_transaction_id = 'sim_' || :k, updated_at = now()
-  WHERE merchant_id = 'ten_pgbench' AND id = 'pay_' || :client_id || '_' || :k AND status IN ('processing', 'requires_review');
-UPDATE idempotency_keys SET status = 'done', status_code = 201, completed_at = now(),
-  response = convert_to('{"id":"pay_' || :client_id || '_' || :k || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
-  resource_id = 'pay_' || :client_id || '_' || :k,
-  response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :client_id || '_' || :k || '"}'
-  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k;
-COMMIT;
+WITH claim AS (
+  SELECT 1 FROM idempotency_keys
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k
+  FOR UPDATE
+), resource AS (
+  UPDATE payments
+  SET status = 'succeeded', failure_code = '', failure_message = '', updated_at = now(),
+      provider_transaction_id = CASE WHEN ('sim_' || :k)::text = '' THEN provider_transaction_id ELSE 'sim_' || :k END
+  WHERE id = 'pay_' || :client_id || '_' || :k AND idempotency_key = 'pgb-' || :client_id || '-' || :k AND status IN ('processing', 'requires_review') AND EXISTS (SELECT 1 FROM claim)
+  RETURNING 1
+), done AS (
+  UPDATE idempotency_keys
+  SET status = 'done', status_code = 201, completed_at = now(),
+      response = convert_to('{"id":"pay_' || :client_id || '_' || :k || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
+      response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :client_id || '_' || :k || '"}',
+      resource_id = CASE WHEN ('pay_' || :client_id || '_' || :k)::text = '' THEN resource_id ELSE 'pay_' || :client_id || '_' || :k END
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k AND EXISTS (SELECT 1 FROM resource)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed;
 `
 
 // simulatorSQL is the one more write a simulator payment makes: the
@@ -50,7 +62,8 @@ COMMIT;
 // three commits, not two. Run as a second pgbench script for the fair
 // comparison.
 const simulatorSQL = `INSERT INTO simulator_charges (reference, transaction_id, amount, currency, payment_method, status, created_at)
-  VALUES ('op-pgb-' || :client_id || '-' || :k, 'sim_' || :k, 5000, 'NGN', 'sim_success', 'succeeded', now());
+  VALUES ('op-pgb-' || :client_id || '-' || :k, 'sim_' || :k, 5000, 'NGN', 'sim_success', 'succeeded', now())
+  ON CONFLICT DO NOTHING;
 `
 
 // findPgbench returns the pgbench binary: the flag, then PATH, then the

@@ -1,0 +1,96 @@
+package payments
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/providers"
+)
+
+// TestFinish covers the three ends of finish on both engines: the one
+// statement on PostgreSQL (the transaction on SQLite) when the payment is
+// open, the ledger's answer when someone settled the payment first, and
+// nothing written when the claim lost its key.
+func TestFinish(t *testing.T) {
+	t.Parallel()
+	declined := providers.Result{Outcome: providers.OutcomeFailed, FailureCode: "insufficient_funds", FailureMessage: "Not enough money."}
+	succeeded := providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "txn_1"}
+	cases := []struct {
+		name string
+		// before changes the ledger or the key after the payment opened.
+		before     func(t *testing.T, s *Service, c idempotency.Claim, p *Payment)
+		result     providers.Result
+		wantStatus int    // HTTP status of the answer; 409 means the claim was lost
+		wantLedger Status // the payment's state afterwards
+		wantTxn    string
+	}{
+		{name: "OpenSucceeds", result: succeeded, wantStatus: http.StatusCreated, wantLedger: StatusSucceeded, wantTxn: "txn_1"},
+		{name: "OpenDeclines", result: declined, wantStatus: http.StatusPaymentRequired, wantLedger: StatusFailed},
+		{
+			name: "SettledFirstAnswersTheLedger",
+			before: func(t *testing.T, s *Service, _ idempotency.Claim, p *Payment) {
+				ok, err := s.store.Finish(context.Background(), nil, p.ID,
+					finishParams{Status: StatusSucceeded, TransactionID: "txn_first", At: s.now()})
+				require.NoError(t, err)
+				require.True(t, ok)
+			},
+			result: declined, wantStatus: http.StatusCreated, wantLedger: StatusSucceeded, wantTxn: "txn_first",
+		},
+		{
+			name: "LostClaimWritesNothing",
+			before: func(t *testing.T, s *Service, c idempotency.Claim, _ *Payment) {
+				require.NoError(t, s.db.Model(&idempotency.Record{}).
+					Where("merchant_id = ? AND key = ?", c.MerchantID, c.Key).
+					Update("lock_token", "someone-else").Error)
+			},
+			result: succeeded, wantStatus: http.StatusConflict, wantLedger: StatusProcessing,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+				ctx := context.Background()
+				keys := idempotency.NewStore(db)
+				s := NewService(db, keys, nil, Config{})
+				c, rec, err := keys.Claim(ctx, idempotency.ClaimParams{MerchantID: "ten_1", Key: "k", RequestHash: "h", Lease: time.Minute, Hold: true})
+				require.NoError(t, err)
+				require.Nil(t, rec)
+				p, redrive, err := s.open(ctx, c, "ten_1", input{Amount: 5000, Currency: "NGN", Email: "ada@example.com", PaymentMethod: "card", Provider: "simulator", Metadata: "{}"})
+				require.NoError(t, err)
+				require.False(t, redrive)
+				if tc.before != nil {
+					tc.before(t, s, c, &p)
+				}
+
+				answer, err := s.finish(ctx, c, &p, tc.result)
+				ledger, gerr := s.store.Get(ctx, "ten_1", p.ID)
+				require.NoError(t, gerr)
+				require.Equal(t, tc.wantLedger, ledger.Status)
+				require.Equal(t, tc.wantTxn, ledger.ProviderTransactionID)
+				key, kerr := keys.Get(ctx, "ten_1", "k")
+				require.NoError(t, kerr)
+				if tc.wantStatus == http.StatusConflict {
+					var pr *problem.Problem
+					require.ErrorAs(t, err, &pr)
+					require.Equal(t, http.StatusConflict, pr.Status)
+					require.Equal(t, idempotency.StatusInProgress, key.Status, "the new owner answers")
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, tc.wantStatus, answer.Status)
+				require.Equal(t, Render(&ledger), answer, "the answer is the ledger's payment")
+				require.Equal(t, idempotency.StatusDone, key.Status)
+				require.Equal(t, answer, key.Response(), "the stored answer is the one sent")
+			})
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package payments
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/providers"
+)
+
+// TestHotStatementsUseTheMatchingIndex guards the plans of the statements
+// every payment runs, as the gateway runs them: prepared once per pooled
+// connection and kept as a generic plan. On a table without statistics
+// (every new deployment; autovacuum off or behind), or with statistics that
+// do not know the merchant yet, every merchant-led index once cost the
+// same as the right one, and connections that cached the list index
+// scanned all of the merchant's payments on each completion.
+func TestHotStatementsUseTheMatchingIndex(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		prepare func(t *testing.T, db *gorm.DB)
+	}{
+		{"EmptyNeverAnalyzed", func(*testing.T, *gorm.DB) {}},
+		{"AnalyzedWithoutThisMerchant", func(t *testing.T, db *gorm.DB) {
+			require.NoError(t, db.Exec(`INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
+  provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, created_at, updated_at)
+SELECT 'pay_old' || i, 'ten_big', 'k' || i, 100, 'NGN', 'succeeded', 'simulator', 'ref' || i, '', '', '', 'e@example.com', 'card', '', '{}', 1, now(), now()
+FROM generate_series(1, 5000) i`).Error)
+			require.NoError(t, db.Exec("ANALYZE payments").Error)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.Postgres(t)
+			tc.prepare(t, db)
+
+			type stmt struct {
+				sql  string
+				vars []any
+			}
+			var captured []stmt
+			capture := func(d *gorm.DB) {
+				captured = append(captured, stmt{d.Statement.SQL.String(), append([]any(nil), d.Statement.Vars...)})
+			}
+			require.NoError(t, db.Callback().Row().After("gorm:row").Register("test:capture", capture))
+			require.NoError(t, db.Callback().Query().After("gorm:query").Register("test:capture", capture))
+
+			keys := idempotency.NewStore(db)
+			s := NewService(db, keys, nil, Config{})
+			c, _, err := keys.Claim(ctx, idempotency.ClaimParams{MerchantID: "ten_new", Key: "k", RequestHash: "h", Lease: time.Minute, Hold: true})
+			require.NoError(t, err)
+			p, _, err := s.open(ctx, c, "ten_new", input{Amount: 5000, Currency: "NGN", Email: "ada@example.com", PaymentMethod: "card", Provider: "simulator", Metadata: "{}"})
+			require.NoError(t, err)
+			captured = nil
+			_, err = s.finish(ctx, c, &p, providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "txn_1"})
+			require.NoError(t, err)
+			_, err = s.store.Get(ctx, "ten_new", p.ID)
+			require.NoError(t, err)
+			require.Len(t, captured, 2, "the completion and the read")
+
+			sqlDB, err := db.DB()
+			require.NoError(t, err)
+			conn, err := sqlDB.Conn(ctx)
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan")
+			require.NoError(t, err)
+			want := []string{"payments_pkey", "payments_pkey"}
+			for i, st := range captured {
+				plan := genericPlan(t, conn, fmt.Sprintf("p%d", i), st.sql, st.vars)
+				require.Contains(t, plan, want[i], "%s\n%s", st.sql, plan)
+				for _, bad := range []string{"payments_list_idx", "payments_merchant_id_idempotency_key_key", "Seq Scan on payments"} {
+					require.NotContains(t, plan, bad, "%s\n%s", st.sql, plan)
+				}
+			}
+		})
+	}
+}
+
+// genericPlan prepares q (with $n placeholders) and explains the plan
+// PostgreSQL caches for it.
+func genericPlan(t *testing.T, conn *sql.Conn, name, q string, vars []any) string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := conn.ExecContext(ctx, "PREPARE "+name+" AS "+q)
+	require.NoError(t, err)
+	// EXECUTE takes no bind parameters: its arguments are SQL literals.
+	args := make([]string, len(vars))
+	for i, v := range vars {
+		args[i] = literal(t, v)
+	}
+	rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE "+name+"("+strings.Join(args, ", ")+")")
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	return strings.Join(plan, "\n")
+}
+
+func literal(t *testing.T, v any) string {
+	t.Helper()
+	switch v := v.(type) {
+	case nil:
+		return "NULL"
+	case []byte:
+		return fmt.Sprintf(`'\\x%x'`, v)
+	case time.Time:
+		return "'" + v.Format(time.RFC3339Nano) + "'"
+	case int, int64:
+		return fmt.Sprint(v)
+	}
+	rv := reflect.ValueOf(v)
+	require.Equal(t, reflect.String, rv.Kind(), "no literal for %T", v)
+	return "'" + strings.ReplaceAll(rv.String(), "'", "''") + "'"
+}
