@@ -22,6 +22,7 @@
 //	from          transition                         to
 //	(no row)      Claim: INSERT … ON CONFLICT        in_progress (token T, lease L)
 //	in_progress   Complete(T), in the caller's tx    done (terminal, replayed)
+//	              (or CompleteWith: one statement)
 //	in_progress   Release(T)                         (no row): next Claim is fresh
 //	in_progress   LeaveInProgress(T): L = now        in_progress, lease ended
 //	in_progress   owner stops (error, panic, crash)  in_progress until L lapses

@@ -5,8 +5,8 @@
 // A payment row is written before the provider is called, so that whatever
 // happens next — an answer, a timeout, a crash — the ledger knows which
 // provider and reference to ask. The row's final state and the idempotency
-// key's stored answer then commit in one transaction: a replay never
-// disagrees with the ledger.
+// key's stored answer then commit together (one statement on PostgreSQL,
+// a transaction on SQLite): a replay never disagrees with the ledger.
 package payments
 
 import (
