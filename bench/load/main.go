@@ -13,12 +13,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"github.com/oncepay/gateway/config"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -32,7 +29,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/oncepay/gateway/bench/internal/rig"
+	"github.com/oncepay/gateway/config"
 )
 
 func main() {
@@ -73,6 +73,7 @@ type result struct {
 	latencies  []time.Duration
 	statuses   map[int]int // HTTP status → count; 0 counts transport errors
 	replayed   int         // answers with Idempotent-Replayed: true
+	cpu        cpuUse
 }
 
 func (r result) rate() float64 { return float64(len(r.latencies)) / r.elapsed.Seconds() }
@@ -125,7 +126,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	d := &driver{c: c, base: base, m: m, clients: o.clients, duration: o.duration}
+	hc := &fasthttp.HostClient{
+		Addr: addr, MaxConns: 2 * o.clients, MaxIdleConnDuration: time.Minute,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+	}
+	d := &driver{hc: hc, base: base, m: m, clients: o.clients, duration: o.duration, gatewayPid: gw.Pid()}
 	// Warm up pools, caches and the JIT-free but lazy parts (prepared
 	// statements, TLS-free keep-alive connections) before measuring.
 	d.measure("warmup", "", d.newPayment("sim_success"), min(2*time.Second, o.duration))
@@ -192,12 +197,13 @@ func run(ctx context.Context, o options) error {
 
 // driver sends requests for one merchant.
 type driver struct {
-	c        *http.Client
-	base     string
-	m        rig.Merchant
-	clients  int
-	duration time.Duration
-	seq      atomic.Int64
+	hc         *fasthttp.HostClient
+	base       string
+	m          rig.Merchant
+	clients    int
+	duration   time.Duration
+	gatewayPid int
+	seq        atomic.Int64
 }
 
 // call is one request made by worker w; it returns the HTTP status (0 for
@@ -210,21 +216,35 @@ func (d *driver) body(method string) []byte {
 
 // pay posts a payment and reports its status, replay flag and Location.
 func (d *driver) pay(key string, body []byte) (int, bool, string) {
-	req, _ := http.NewRequest(http.MethodPost, d.base+"/v1/payments", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+d.m.Token)
-	req.Header.Set("Idempotency-Key", key)
-	return d.do(req)
+	return d.send(fasthttp.MethodPost, "/v1/payments", key, body)
 }
 
-func (d *driver) do(req *http.Request) (int, bool, string) {
-	resp, err := d.c.Do(req)
-	if err != nil {
+// send makes one request on the driver's keep-alive connections. The
+// client is fasthttp's, not net/http's: the clients share the two cores
+// with the gateway and PostgreSQL, and net/http's two goroutines and
+// channel hand-offs per request cost as much CPU as a fifth of what the
+// gateway itself spends on a payment (pgbench, on the other side of the
+// ratio, is a lean C client). A POST is never resent on a broken
+// connection (fasthttp retries only idempotent methods), so a storm is
+// what it says.
+func (d *driver) send(method, path, key string, body []byte) (int, bool, string) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI(d.base + path)
+	req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+d.m.Token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(body)
+	}
+	if err := d.hc.Do(req, resp); err != nil {
 		return 0, false, ""
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location")
+	return resp.StatusCode(), string(resp.Header.Peek("Idempotent-Replayed")) == "true", string(resp.Header.Peek(fasthttp.HeaderLocation))
 }
 
 func (d *driver) newPayment(method string) call {
@@ -251,6 +271,7 @@ func (d *driver) measureWith(name, what string, before func(stop time.Time) bool
 		replayed int
 	}
 	parts := make([]part, d.clients)
+	cpu := startCPU(d.gatewayPid)
 	stop := time.Now().Add(dur)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -280,7 +301,7 @@ func (d *driver) measureWith(name, what string, before func(stop time.Time) bool
 		}()
 	}
 	wg.Wait()
-	r := result{name: name, what: what, elapsed: time.Since(start), statuses: map[int]int{}}
+	r := result{name: name, what: what, elapsed: time.Since(start), statuses: map[int]int{}, cpu: cpu.stop()}
 	for _, p := range parts {
 		r.latencies = append(r.latencies, p.lat...)
 		for k, v := range p.statuses {
@@ -389,9 +410,7 @@ func (d *driver) mix() call {
 			}
 		case n < 30:
 			if loc := pick(w, rng, ids); loc != "" {
-				req, _ := http.NewRequest(http.MethodGet, d.base+loc, nil)
-				req.Header.Set("Authorization", "Bearer "+d.m.Token)
-				s, rep, _ := d.do(req)
+				s, rep, _ := d.send(fasthttp.MethodGet, loc, "", nil)
 				return s, rep
 			}
 		case n < 40:
@@ -465,9 +484,45 @@ func render(o options, results []result, rounds []round) string {
 				100*ratios[len(ratios)/2], strings.TrimPrefix(s.name, "pgbench: "), o.conns)
 		}
 	}
+	cpuTable(&b, results, rounds, withCeiling)
 	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")
 	return b.String()
 }
+
+// cpuTable says where each measurement's CPU went, per request (per script
+// run for pgbench), from /proc: the ratio of two rates is only as good as
+// the machine's steadiness, the CPU per request explains it.
+func cpuTable(b *strings.Builder, results []result, rounds []round, withCeiling bool) {
+	rows := slices.Clone(results)
+	if withCeiling {
+		for i := range scripts {
+			rows = append(rows, medianCeiling(rounds, i))
+		}
+	}
+	head := false
+	for _, r := range rows {
+		if !r.cpu.ok {
+			continue
+		}
+		if !head {
+			b.WriteString("\nCPU time per request (user + system, from /proc), and how many of the machine's CPUs the run kept busy:\n\n")
+			b.WriteString("| scenario | gateway | PostgreSQL | client | total | CPUs busy |\n|---|---:|---:|---:|---:|---:|\n")
+			head = true
+		}
+		server, pg, client := r.cpu.perRequest(len(r.latencies))
+		gw := "—"
+		if server > 0 {
+			gw = us(server)
+		}
+		busy := float64(r.cpu.server+r.cpu.postgres+r.cpu.client) / float64(r.elapsed)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.2f of %d |\n", r.name, gw, us(pg), us(client), us(server+pg+client), busy, runtime.NumCPU())
+	}
+	if head {
+		b.WriteString("\nThe client is this program's HTTP clients for the gateway's scenarios and pgbench itself for its rows.\n")
+	}
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 

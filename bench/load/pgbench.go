@@ -98,9 +98,19 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d tim
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", "2",
 		"-T", strconv.Itoa(secs), "-f", sf, "--log", "--log-prefix", prefix, dbURL)
+	pg0, okPg := postgresCPU()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return result{}, fmt.Errorf("pgbench: %v\n%s", err, out)
+	}
+	// pgbench's backends have exited; give the postmaster a moment to reap
+	// them, so their CPU time is in its children's times.
+	time.Sleep(200 * time.Millisecond)
+	pg1, okPg1 := postgresCPU()
+	cpu := cpuUse{
+		postgres: pg1 - pg0,
+		client:   cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(),
+		ok:       okPg && okPg1,
 	}
 	logs, _ := filepath.Glob(prefix + ".*")
 	var lat []time.Duration
@@ -124,7 +134,7 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d tim
 	if len(lat) == 0 {
 		return result{}, fmt.Errorf("pgbench wrote no transaction log:\n%s", out)
 	}
-	r := result{elapsed: time.Duration(secs) * time.Second, latencies: lat, statuses: map[int]int{0: len(lat)}}
+	r := result{elapsed: time.Duration(secs) * time.Second, latencies: lat, statuses: map[int]int{0: len(lat)}, cpu: cpu}
 	return r, nil
 }
 

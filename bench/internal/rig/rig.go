@@ -127,6 +127,14 @@ type Process struct {
 func (p *Process) Start() error {
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	// The Go runtime's knobs reach the child only when asked for with a
+	// RIG_ prefix (RIG_GOGC=400 make bench), so the rig's own settings
+	// never leak into what is measured by accident.
+	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "GODEBUG"} {
+		if v, ok := os.LookupEnv("RIG_" + k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	for k, v := range p.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -159,6 +167,14 @@ func (p *Process) Start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Pid is the process id of the current run (0 before Start).
+func (p *Process) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Exited is closed when the current run of the process has ended.
