@@ -456,7 +456,7 @@ func render(o options, results []result, rounds []round) string {
 		b.WriteString("| round | new req/s |")
 		for _, s := range scripts {
 			if withCeiling {
-				fmt.Fprintf(&b, " %s tx/s | ratio |", strings.TrimPrefix(s.name, "pgbench: "))
+				fmt.Fprintf(&b, " %s tx/s | ratio |", s.short)
 			}
 		}
 		b.WriteString("\n|---:|---:|")
@@ -474,15 +474,19 @@ func render(o options, results []result, rounds []round) string {
 	}
 	if withCeiling {
 		b.WriteString("\n")
-		for i, s := range scripts {
+		median := func(i int) float64 {
 			ratios := make([]float64, len(rounds))
 			for n, r := range rounds {
 				ratios[n] = r.ratio(i)
 			}
 			slices.Sort(ratios)
-			fmt.Fprintf(&b, "New payments through the gateway reach **%.0f%%** of %s (median of the rounds' ratios; %d connections, prepared statements).\n",
-				100*ratios[len(ratios)/2], strings.TrimPrefix(s.name, "pgbench: "), o.conns)
+			return 100 * ratios[len(ratios)/2]
 		}
+		fmt.Fprintf(&b, "New payments through the gateway reach **%.0f%% of the ceiling**, pgbench running the same SQL on PostgreSQL alone (median of the rounds' ratios; %d connections, prepared statements)", median(0), o.conns)
+		for i := 1; i < len(scripts); i++ {
+			fmt.Fprintf(&b, ", and %.0f%% of %s", median(i), scripts[i].short)
+		}
+		b.WriteString(".\n")
 	}
 	cpuTable(&b, results, rounds, withCeiling)
 	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")

@@ -27,7 +27,6 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/providers"
 )
@@ -140,7 +139,10 @@ func (s *Simulator) Charge(ctx context.Context, req providers.ChargeRequest) (pr
 	}
 	// The dedupe is the provider's unique reference, exactly as at a real
 	// provider: a repeated charge finds the first one.
-	res := s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&c)
+	res := s.db.WithContext(ctx).Exec(`INSERT INTO simulator_charges
+  (reference, transaction_id, amount, currency, payment_method, status, settle_at, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		c.Reference, c.TransactionID, c.Amount, c.Currency, c.PaymentMethod, c.Status, c.SettleAt, c.CreatedAt)
 	if res.Error != nil {
 		return providers.Result{}, fmt.Errorf("simulator: %w: %v", providers.ErrUnknown, res.Error)
 	}
