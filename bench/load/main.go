@@ -431,8 +431,8 @@ func render(o options, results []result, rounds []round) string {
 	fmt.Fprintf(&b, "# Gateway benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s, %s. Gateway and clients share the machine with PostgreSQL.\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion(o.db))
-	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, %d rounds of new payments alternating with pgbench, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d`.\n\n",
-		o.clients, o.duration, len(rounds), o.conns, o.duration, o.clients)
+	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, %d rounds of new payments alternating with pgbench, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d%s`.\n\n",
+		o.clients, o.duration, len(rounds), o.conns, o.duration, o.clients, roundsFlag(o.rounds))
 	b.WriteString("| scenario | req/s | p50 | p95 | p99 | answers | what |\n|---|---:|---:|---:|---:|---|---|\n")
 	row := func(r result) {
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.rate(),
@@ -524,6 +524,14 @@ func cpuTable(b *strings.Builder, results []result, rounds []round, withCeiling 
 	if head {
 		b.WriteString("\nThe client is this program's HTTP clients for the gateway's scenarios and pgbench itself for its rows.\n")
 	}
+}
+
+// roundsFlag is the BENCH_FLAGS that reproduce a run of n rounds.
+func roundsFlag(n int) string {
+	if n == 3 {
+		return ""
+	}
+	return fmt.Sprintf(" BENCH_FLAGS=-rounds=%d", n)
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
