@@ -164,7 +164,11 @@ func (s *signer) remember(raw string, c *accessClaims) {
 	if len(s.verified) >= maxVerified {
 		clear(s.verified)
 	}
-	s.verified[raw] = verifiedToken{claims: *c, expires: c.ExpiresAt.Add(clockSkew)}
+	// raw may alias the HTTP server's reused request buffer (Fiber's
+	// zero-copy strings): a key kept past the request must own its bytes,
+	// or a later request's token, written over it in place, would find
+	// this token's claims — another merchant's.
+	s.verified[strings.Clone(raw)] = verifiedToken{claims: *c, expires: c.ExpiresAt.Add(clockSkew)}
 }
 
 // reason turns a jwt error into a short, token-free cause.

@@ -3,6 +3,7 @@ package tenants
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -45,4 +46,49 @@ func TestVerifiedTokensAreRememberedUntilExpiry(t *testing.T) {
 	c.Advance(time.Second)
 	_, err = s.parse(raw)
 	require.ErrorIs(t, err, ErrInvalidToken)
+}
+
+// The token handed to parse may alias a buffer the HTTP server reuses for
+// the next request. What is remembered must not change with that buffer:
+// if it did, the next request's token would match this one's entry and be
+// given this merchant's claims. (Found by make chaos: payments landed
+// under the wrong merchant.)
+func TestRememberedTokensDoNotAliasTheRequestBuffer(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newSigner(Config{
+		JWTSecret: []byte("0123456789abcdef0123456789abcdef"),
+		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: 15 * time.Minute,
+	}, c.Now)
+	tokA, _, err := s.sign("ten_aaaaaaaa", "cli_aaaaaaaa")
+	require.NoError(t, err)
+	tokB, _, err := s.sign("ten_bbbbbbbb", "cli_bbbbbbbb")
+	require.NoError(t, err)
+	require.Len(t, tokB, len(tokA), "same-length ids give same-length tokens")
+
+	buf := []byte(tokA)
+	aliased := unsafe.String(&buf[0], len(buf)) // as Fiber hands out header values
+	got, err := s.parse(aliased)
+	require.NoError(t, err)
+	require.Equal(t, "ten_aaaaaaaa", got.Subject)
+
+	copy(buf, tokB) // the server reuses its buffer for the next request
+	got, err = s.parse(tokB)
+	require.NoError(t, err)
+	require.Equal(t, "ten_bbbbbbbb", got.Subject, "B's token must never get A's claims")
+
+	// A's entry still holds A's bytes: A is found again, not verified anew
+	// (an aliased key would now read as B's token and miss).
+	got, err = s.parse(tokA)
+	require.NoError(t, err)
+	require.Equal(t, "ten_aaaaaaaa", got.Subject)
+	require.Len(t, s.verified, 2, "one entry per token")
+	for k, v := range s.verified {
+		if k == tokA {
+			require.Equal(t, "ten_aaaaaaaa", v.claims.Subject)
+		} else {
+			require.Equal(t, tokB, k)
+			require.Equal(t, "ten_bbbbbbbb", v.claims.Subject)
+		}
+	}
 }
