@@ -75,6 +75,13 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		_ = database.Close(db)
 		return nil, err
 	}
+	advice, err := database.Advise(context.Background(), db)
+	if err != nil {
+		log.Warn("could not read the database's settings", "err", err)
+	}
+	for _, a := range advice {
+		log.Warn("database setting is off", "setting", a.Setting, "value", a.Value, "why", a.Why)
+	}
 	a, err := build(cfg, log, db)
 	if err != nil {
 		_ = database.Close(db)

@@ -145,3 +145,42 @@ func Close(db *gorm.DB) error {
 	}
 	return sqlDB.Close()
 }
+
+// Advice is a server setting the gateway depends on and finds missing.
+type Advice struct {
+	Setting, Value, Why string
+}
+
+// Advise reads the PostgreSQL settings the gateway's query plans depend
+// on and returns the ones that are off (nothing on SQLite). Without
+// autovacuum (or the statistics it needs, track_counts) the tables are
+// never analyzed: every index then costs the planner the same, and the
+// reads by merchant and key or by reference may cache a plan that scans a
+// merchant's whole history (payments/plan_test.go). The hot path is found
+// by primary key and does not care; the rest does.
+func Advise(ctx context.Context, db *gorm.DB) ([]Advice, error) {
+	if DialectOf(db) != Postgres {
+		return nil, nil
+	}
+	var autovacuum, trackCounts string
+	rows, err := db.WithContext(ctx).Raw("SELECT current_setting('autovacuum'), current_setting('track_counts')").Rows()
+	if err != nil {
+		return nil, fmt.Errorf("database: read settings: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, fmt.Errorf("database: read settings: %w", rows.Err())
+	}
+	if err := rows.Scan(&autovacuum, &trackCounts); err != nil {
+		return nil, fmt.Errorf("database: read settings: %w", err)
+	}
+	var out []Advice
+	const why = "tables are never analyzed, so the planner cannot tell a merchant's one payment from all of them; turn it on (or run ANALYZE regularly)"
+	if autovacuum != "on" {
+		out = append(out, Advice{"autovacuum", autovacuum, why})
+	}
+	if trackCounts != "on" {
+		out = append(out, Advice{"track_counts", trackCounts, why})
+	}
+	return out, nil
+}

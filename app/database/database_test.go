@@ -1,6 +1,7 @@
 package database_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,4 +25,38 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			require.True(t, db.Migrator().HasTable(table), table)
 		}
 	})
+}
+
+// Advise names the statistics settings that are off, and nothing else.
+func TestAdviseNamesStatisticsSettingsThatAreOff(t *testing.T) {
+	t.Parallel()
+	advice, err := database.Advise(context.Background(), dbtest.SQLite(t))
+	require.NoError(t, err)
+	require.Empty(t, advice, "nothing to advise on SQLite")
+
+	db := dbtest.Postgres(t)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1) // the SET below must reach the connection Advise uses
+	var autovacuum string
+	require.NoError(t, db.Raw("SHOW autovacuum").Row().Scan(&autovacuum))
+	settings := func() []string {
+		advice, err := database.Advise(context.Background(), db)
+		require.NoError(t, err)
+		var names []string
+		for _, a := range advice {
+			require.NotEmpty(t, a.Why)
+			names = append(names, a.Setting+"="+a.Value)
+		}
+		return names
+	}
+
+	want := []string{}
+	if autovacuum != "on" { // a server setting: whatever this machine has
+		want = append(want, "autovacuum="+autovacuum)
+	}
+	require.NoError(t, db.Exec("SET track_counts = on").Error)
+	require.ElementsMatch(t, want, settings())
+	require.NoError(t, db.Exec("SET track_counts = off").Error)
+	require.ElementsMatch(t, append(want, "track_counts=off"), settings())
 }
