@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,16 +42,20 @@ type Database struct {
 	admin string // URL of the database it was created from
 }
 
-// CreateDatabase creates an empty database next to the one adminURL names.
+// CreateDatabase creates an empty database next to the one adminURL names,
+// named prefix_<unix seconds>_<random>. It first drops the databases of
+// earlier runs with the same prefix that are older than staleAfter: a run
+// that was killed (SIGKILL, a lost terminal) could not drop its own.
 func CreateDatabase(ctx context.Context, adminURL, prefix string) (*Database, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	name := prefix + "_" + hex.EncodeToString(b)
+	name := fmt.Sprintf("%s_%d_%s", prefix, time.Now().Unix(), hex.EncodeToString(b))
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("rig: connect %s: %w", redact(adminURL), err)
 	}
 	defer conn.Close(ctx)
+	dropStale(ctx, conn, prefix, time.Now().Add(-staleAfter))
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return nil, fmt.Errorf("rig: create database: %w", err)
 	}
@@ -60,6 +65,55 @@ func CreateDatabase(ctx context.Context, adminURL, prefix string) (*Database, er
 	}
 	u.Path = "/" + name
 	return &Database{Name: name, URL: u.String(), admin: adminURL}, nil
+}
+
+// staleAfter is when a rig database is surely left over: no run takes an
+// hour, and one running concurrently is never that old.
+const staleAfter = time.Hour
+
+// dropStale drops prefix_<unix>_<hex> databases created before cutoff.
+// Failing to is not an error of this run: it is reported and skipped.
+func dropStale(ctx context.Context, conn *pgx.Conn, prefix string, cutoff time.Time) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", prefix+`\_%`)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rig: list old databases:", err)
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rig: list old databases:", err)
+		return
+	}
+	for _, n := range names {
+		if created, ok := createdAt(n, prefix); ok && created.Before(cutoff) {
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)"); err != nil {
+				fmt.Fprintln(os.Stderr, "rig: drop old database:", err)
+				continue
+			}
+			fmt.Fprintln(os.Stderr, "rig: dropped", n, "left over by an earlier run")
+		}
+	}
+}
+
+// createdAt reads the creation time out of a rig database's name; ok is
+// false for a name the rig did not make.
+func createdAt(name, prefix string) (time.Time, bool) {
+	rest, found := strings.CutPrefix(name, prefix+"_")
+	if !found {
+		return time.Time{}, false
+	}
+	secs, suffix, found := strings.Cut(rest, "_")
+	if !found || len(suffix) != 8 {
+		return time.Time{}, false
+	}
+	if _, err := hex.DecodeString(suffix); err != nil {
+		return time.Time{}, false
+	}
+	unix, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil || unix <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(unix, 0), true
 }
 
 // Drop removes the database, closing any connection still open on it.

@@ -1,0 +1,73 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// Only names the rig made are ever considered for dropping.
+func TestCreatedAtReadsOnlyRigNames(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		ok   bool
+		unix int64
+	}{
+		{"oncepay_bench_1796302838_e1443fa5", true, 1796302838},
+		{"oncepay_bench_e1443fa5", false, 0},             // the naming before timestamps
+		{"oncepay_bench_1796302838_e1443fa5x", false, 0}, // not ours
+		{"oncepay_bench_1796302838_zzzzzzzz", false, 0},
+		{"oncepay_bench_-5_e1443fa5", false, 0},
+		{"oncepay_benchmarks_1796302838_e1443fa5", false, 0},
+		{"oncepay_chaos_1796302838_e1443fa5", false, 0}, // another prefix
+		{"test", false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			at, ok := createdAt(tc.name, "oncepay_bench")
+			require.Equal(t, tc.ok, ok)
+			if ok {
+				require.Equal(t, time.Unix(tc.unix, 0), at)
+			}
+		})
+	}
+}
+
+// A killed run's database is dropped by the next run; a recent one (maybe
+// another run's, still going) and one the rig did not name are kept.
+func TestCreateDatabaseDropsStaleOnes(t *testing.T) {
+	t.Parallel()
+	admin := os.Getenv("TEST_DATABASE_URL")
+	if admin == "" {
+		admin = DefaultDatabaseURL
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	prefix := fmt.Sprintf("oncepay_rigtest%d", time.Now().UnixNano()%1_000_000)
+	old := fmt.Sprintf("%s_%d_0badc0de", prefix, time.Now().Add(-2*staleAfter).Unix())
+	recent := fmt.Sprintf("%s_%d_0badc0de", prefix, time.Now().Add(-staleAfter/2).Unix())
+	foreign := prefix + "_mine"
+	for _, n := range []string{old, recent, foreign} {
+		_, err := conn.Exec(ctx, "CREATE DATABASE "+n)
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+n) })
+	}
+
+	db, err := CreateDatabase(ctx, admin, prefix)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Drop(context.Background()) })
+
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1 ORDER BY 1", prefix+"%")
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{recent, foreign, db.Name}, names)
+}
