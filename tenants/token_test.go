@@ -12,11 +12,7 @@ import (
 // it, and only for its exact bytes.
 func TestVerifiedTokensAreRememberedUntilExpiry(t *testing.T) {
 	t.Parallel()
-	c := newClock()
-	s := newSigner(Config{
-		JWTSecret: []byte("0123456789abcdef0123456789abcdef"),
-		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: 15 * time.Minute,
-	}, c.Now)
+	s, c := testSigner()
 	raw, exp, err := s.sign("ten_1", "cli_1")
 	require.NoError(t, err)
 
@@ -55,11 +51,7 @@ func TestVerifiedTokensAreRememberedUntilExpiry(t *testing.T) {
 // under the wrong merchant.)
 func TestRememberedTokensDoNotAliasTheRequestBuffer(t *testing.T) {
 	t.Parallel()
-	c := newClock()
-	s := newSigner(Config{
-		JWTSecret: []byte("0123456789abcdef0123456789abcdef"),
-		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: 15 * time.Minute,
-	}, c.Now)
+	s, _ := testSigner()
 	tokA, _, err := s.sign("ten_aaaaaaaa", "cli_aaaaaaaa")
 	require.NoError(t, err)
 	tokB, _, err := s.sign("ten_bbbbbbbb", "cli_bbbbbbbb")
@@ -91,4 +83,12 @@ func TestRememberedTokensDoNotAliasTheRequestBuffer(t *testing.T) {
 			require.Equal(t, "ten_bbbbbbbb", v.claims.Subject)
 		}
 	}
+}
+
+func testSigner() (*signer, *clock) {
+	c := newClock()
+	return newSigner(Config{
+		JWTSecret: []byte("0123456789abcdef0123456789abcdef"),
+		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: 15 * time.Minute,
+	}, c.Now), c
 }
