@@ -159,7 +159,7 @@ func (s *Store) exec(ctx context.Context, tx *gorm.DB) *gorm.DB {
 // insertClaim is the claim's INSERT, written out: it runs once per new
 // request, and GORM's Create spends more CPU reflecting over Record and
 // building the statement than pgx spends sending it. Columns left out
-// take the table's defaults (status_code 0, resource_id ”, NULLs).
+// take the table's defaults (status_code 0, resource_id empty, the rest NULL).
 const insertClaim = `INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 
