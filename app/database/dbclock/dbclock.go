@@ -1,0 +1,115 @@
+// Package dbclock writes "the database's time" into SQL statements, for
+// both engines the gateway runs on.
+//
+// Why the database's clock: leases, staleness and review ages are compared
+// across gateway instances. If each instance stamped and compared times
+// with its own clock, two instances whose clocks disagree by a minute would
+// disagree by a minute on who owns a key. Every such time is therefore
+// written and tested inside the statement, with the one clock every
+// instance shares.
+//
+// On PostgreSQL that is statement_timestamp() (the start of the statement:
+// like now(), one value per statement, but it moves on within a
+// transaction). On SQLite it is strftime over 'now', written in exactly the
+// text form the Go driver writes a UTC time.Time ("2006-01-02
+// 15:04:05.999999999-07:00", trailing zeros of the fraction dropped), so
+// values written by Go and by SQL compare correctly as text and read back
+// as time.Time. SQLite's clock has millisecond resolution; PostgreSQL's,
+// microseconds.
+package dbclock
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// postgres is the database's current time on PostgreSQL.
+const postgres = "statement_timestamp()"
+
+// sqliteNow is SQLite's current time, or shifted by the modifier bound to
+// its one placeholder ('+1.5 seconds'), in the Go driver's text form.
+const sqliteNow = `(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', 'now', ?), '0'), '.') || '+00:00')`
+
+func isPostgres(db *gorm.DB) bool { return db.Dialector.Name() == "postgres" }
+
+// Now is the database's current time.
+func Now(db *gorm.DB) clause.Expr { return Plus(db, 0) }
+
+// Plus is the database's current time shifted by d (negative: in the past).
+func Plus(db *gorm.DB, d time.Duration) clause.Expr {
+	if isPostgres(db) {
+		if d == 0 {
+			return clause.Expr{SQL: postgres}
+		}
+		return clause.Expr{SQL: postgres + " + CAST(? AS interval)", Vars: []any{interval(d)}}
+	}
+	return clause.Expr{SQL: sqliteNow, Vars: []any{interval(d)}}
+}
+
+// Minus is the database's current time less d: "d ago".
+func Minus(db *gorm.DB, d time.Duration) clause.Expr { return Plus(db, -d) }
+
+// SecondsSince is the number of seconds (a float) from the time in column
+// (a trusted identifier, never input) to the database's current time.
+func SecondsSince(db *gorm.DB, column string) clause.Expr {
+	if isPostgres(db) {
+		return clause.Expr{SQL: fmt.Sprintf("EXTRACT(EPOCH FROM (%s - %s))::float8", postgres, column)}
+	}
+	return clause.Expr{SQL: fmt.Sprintf("((julianday('now') - julianday(%s)) * 86400.0)", column)}
+}
+
+// interval is d as both engines read it: PostgreSQL as an interval literal,
+// SQLite as a date-function modifier ("+1.500000 seconds").
+func interval(d time.Duration) string {
+	sign := "+"
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	return sign + strconv.FormatFloat(d.Seconds(), 'f', 6, 64) + " seconds"
+}
+
+// Read returns the database's current time, for the few places that need
+// it as a value (a test, a report) rather than inside a statement.
+func Read(db *gorm.DB) (time.Time, error) {
+	var raw any
+	rows, err := db.Raw("SELECT ?", Now(db)).Rows()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("dbclock: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return time.Time{}, fmt.Errorf("dbclock: no row: %w", rows.Err())
+	}
+	if err := rows.Scan(&raw); err != nil {
+		return time.Time{}, fmt.Errorf("dbclock: %w", err)
+	}
+	return Parse(raw)
+}
+
+// Parse reads a time the database returned from an expression (which the
+// SQLite driver hands back as text, since it has no column type to go by).
+func Parse(v any) (time.Time, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return t.UTC(), nil
+	case string:
+		return parseText(t)
+	case []byte:
+		return parseText(string(t))
+	default:
+		return time.Time{}, fmt.Errorf("dbclock: a time cannot be %T", v)
+	}
+}
+
+func parseText(s string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("dbclock: %q is not a time", s)
+}

@@ -1,0 +1,255 @@
+// Package reqjson is the one way the gateway reads JSON from clients.
+//
+// Decode is strict where encoding/json is lenient, so that nothing upstream
+// of the gateway (a WAF, a fraud check, the merchant's own logs) can read
+// another amount than the one charged: encoding/json takes the last of two
+// members with the same name and matches names case-insensitively, so
+// {"amount":1,"AMOUNT":70000} would charge 70000 while most parsers see 1.
+// Decode refuses duplicate names, names that differ from the schema's only
+// in case, unknown names, text that is not UTF-8, strings holding NUL
+// (which PostgreSQL's text cannot store) and anything after the value.
+//
+// Canonical is the RFC 8785 (JCS) form of a JSON text: members sorted,
+// insignificant whitespace dropped, strings and numbers in one spelling.
+// Idempotency fingerprints hash it, so a request re-serialised with other
+// spacing or key order is the same request.
+package reqjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Error is a body that Decode refused; Reason is safe to show the client
+// (it never echoes more of the input than a member name, quoted).
+type Error struct{ Reason string }
+
+func (e *Error) Error() string { return "reqjson: " + e.Reason }
+
+// maxDepth bounds nesting: no request of the API nests more than a few
+// levels, and a deep one is an attack on the parser's stack.
+const maxDepth = 32
+
+// Canonical returns the RFC 8785 canonical form of data, or an error when
+// data is not exactly one JSON value in UTF-8 without duplicate names.
+func Canonical(data []byte) ([]byte, error) {
+	if len(data) == 0 {
+		return nil, errors.New("reqjson: empty")
+	}
+	return jcs.Transform(data)
+}
+
+// Decode decodes data, which must be exactly one JSON object, into v (a
+// pointer to a struct) with the strict rules of the package. Every refusal
+// is an *Error.
+func Decode(data []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		panic("reqjson: Decode needs a non-nil pointer")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &Error{"is empty; send a JSON object"}
+	}
+	if !utf8.Valid(data) {
+		return &Error{"is not valid UTF-8"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	w := walker{dec: dec}
+	tok, err := w.token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return &Error{"must be a JSON object"}
+	}
+	if err := w.object(rv.Type().Elem(), 1); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &Error{"must be a single JSON object"}
+	}
+	strict := json.NewDecoder(bytes.NewReader(data))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
+		return &Error{typeReason(err)}
+	}
+	return nil
+}
+
+// walker checks the token stream against the target type before
+// encoding/json ever sees it.
+type walker struct{ dec *json.Decoder }
+
+func (w walker) token() (json.Token, error) {
+	tok, err := w.dec.Token()
+	if err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, &Error{fmt.Sprintf("is not valid JSON (at byte %d)", syn.Offset)}
+		}
+		return nil, &Error{"is not valid JSON"}
+	}
+	if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
+		return nil, &Error{"must not contain NUL characters (\\u0000)"}
+	}
+	return tok, nil
+}
+
+// value walks one value whose first token is tok, expected to fit t (nil:
+// anything, checked for duplicates and NULs only).
+func (w walker) value(tok json.Token, t reflect.Type, depth int) error {
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if depth > maxDepth {
+		return &Error{"is nested too deeply"}
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch d {
+	case '{':
+		return w.object(t, depth+1)
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && t != rawMessage {
+			elem = t.Elem()
+		}
+		for w.dec.More() {
+			tok, err := w.token()
+			if err != nil {
+				return err
+			}
+			if err := w.value(tok, elem, depth+1); err != nil {
+				return err
+			}
+		}
+		_, err := w.token() // ']'
+		return err
+	}
+	return nil
+}
+
+var rawMessage = reflect.TypeOf(json.RawMessage(nil))
+
+// object walks the members of an object after its '{'.
+func (w walker) object(t reflect.Type, depth int) error {
+	var fields map[string]reflect.Type
+	var elem reflect.Type
+	if t != nil {
+		switch t.Kind() {
+		case reflect.Struct:
+			fields = fieldsOf(t)
+		case reflect.Map:
+			elem = t.Elem()
+		}
+	}
+	seen := make(map[string]struct{})
+	for w.dec.More() {
+		tok, err := w.token()
+		if err != nil {
+			return err
+		}
+		name, _ := tok.(string)
+		if _, dup := seen[name]; dup {
+			return &Error{fmt.Sprintf("has the member %s twice", quote(name))}
+		}
+		seen[name] = struct{}{}
+		ft := elem
+		if fields != nil {
+			var ok bool
+			if ft, ok = fields[name]; !ok {
+				for known := range fields {
+					if strings.EqualFold(known, name) {
+						return &Error{fmt.Sprintf("has the member %s, which must be written %s", quote(name), quote(known))}
+					}
+				}
+				return &Error{fmt.Sprintf("has the unknown member %s", quote(name))}
+			}
+		}
+		tok, err = w.token()
+		if err != nil {
+			return err
+		}
+		if err := w.value(tok, ft, depth); err != nil {
+			return err
+		}
+	}
+	_, err := w.token() // '}'
+	return err
+}
+
+// quote shows a member name in an error, shortened so a client's huge name
+// is not echoed back whole.
+func quote(name string) string {
+	const max = 64
+	if len(name) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "…"
+	}
+	return fmt.Sprintf("%q", name)
+}
+
+var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
+
+// fieldsOf is the JSON member names of struct t and their types, as
+// encoding/json names them (embedded structs flattened).
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := make(map[string]reflect.Type)
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range fieldsOf(ft) {
+					m[k] = v
+				}
+				continue
+			}
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	fieldCache.Store(t, m)
+	return m
+}
+
+// typeReason explains encoding/json's complaint about a value's type
+// without echoing the input back.
+func typeReason(err error) string {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		if typ.Field != "" {
+			return fmt.Sprintf("field %s must be %s", typ.Field, typ.Type)
+		}
+		return "must be a JSON object"
+	}
+	return "is not a valid request"
+}
