@@ -125,15 +125,19 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		TokenTTL:       cfg.Auth.TokenTTL,
 		StatusCacheTTL: time.Second,
 		Logger:         log,
+		Now:            cfg.Now,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.Keys = idempotency.NewStore(db)
 	paymentsCfg := payments.Config{
-		ReviewAfter: cfg.Schedule.ReviewAfter,
-		Lease:       cfg.Payments.Lease,
-		Log:         log,
+		ReviewAfter:  cfg.Schedule.ReviewAfter,
+		Lease:        cfg.Payments.Lease,
+		StaleAfter:   cfg.Schedule.SweepStaleAfter,
+		RecheckAfter: cfg.Schedule.RecheckAfter,
+		Now:          cfg.Now,
+		Log:          log,
 	}
 	if a.Metrics != nil {
 		paymentsCfg.Observe = a.Metrics.ObservePayment
@@ -192,7 +196,8 @@ type accounts struct{ t *tenants.Service }
 
 func (a accounts) Provider(ctx context.Context, merchantID, name string) (providers.Provider, error) {
 	p, err := a.t.Provider(ctx, merchantID, name)
-	if errors.Is(err, tenants.ErrProviderNotConfigured) || errors.Is(err, providers.ErrUnknownProvider) {
+	if errors.Is(err, tenants.ErrProviderNotConfigured) || errors.Is(err, providers.ErrUnknownProvider) ||
+		errors.Is(err, tenants.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", providers.ErrUnknownProvider, name)
 	}
 	return p, err
@@ -203,9 +208,9 @@ func (a *App) routes() {
 	if a.Metrics != nil {
 		// Outside the recoverer and the access log, so it counts the status
 		// the client gets, a recovered panic's 500 included.
-		f.Use(requestID(), a.Metrics.Middleware(), recoverer(a.log), accessLog(a.log))
+		f.Use(requestID(), a.Metrics.Middleware(), recoverer(a.log), accessLog(a.log), refuseEncodings())
 	} else {
-		f.Use(requestID(), recoverer(a.log), accessLog(a.log))
+		f.Use(requestID(), recoverer(a.log), accessLog(a.log), refuseEncodings())
 	}
 
 	h := health{db: a.db}

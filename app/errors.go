@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/problem"
 )
 
@@ -45,6 +46,18 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 				detail = ""
 			}
 			return problem.Write(c, problem.New(fe.Code, code, detail))
+		}
+		if database.BadInput(err) {
+			log.WarnContext(c.UserContext(), "the database refused a value validation let through",
+				slog.String("request_id", problem.RequestID(c)), slog.String("path", c.Route().Path), slog.Any("error", err))
+			return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
+				"the request holds a value that cannot be stored (NUL bytes, invalid UTF-8, or out of range)"))
+		}
+		if database.Unavailable(err) {
+			log.ErrorContext(c.UserContext(), "database unavailable",
+				slog.String("request_id", problem.RequestID(c)), slog.String("path", c.Route().Path), slog.Any("error", err))
+			return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
+				"the gateway could not reach its database; retry later").WithRetryAfter(2))
 		}
 		log.ErrorContext(c.UserContext(), "unhandled error",
 			slog.String("request_id", problem.RequestID(c)),

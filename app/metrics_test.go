@@ -108,7 +108,7 @@ func TestMetricsCountTrafficByRouteOutcomeProviderAndJob(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, g.Get(m, "/v1/payments/pay_doesnotexist").StatusCode)
 
 	// Settle the lost answer with a sweep, then purge (nothing to delete).
-	require.NoError(t, g.App.DB().Exec("UPDATE idempotency_keys SET created_at = ? WHERE merchant_id = ? AND key = ?",
+	require.NoError(t, g.App.DB().Exec("UPDATE idempotency_keys SET attempted_at = ? WHERE merchant_id = ? AND key = ?",
 		time.Now().UTC().Add(-time.Hour), m.ID, "m-lost").Error)
 	c, err := g.App.Scheduler.Sweeper().RunOnce(context.Background())
 	require.NoError(t, err)

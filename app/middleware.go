@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -77,5 +78,25 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		}
 		log.LogAttrs(c.UserContext(), level, "request", attrs...)
 		return err
+	}
+}
+
+// refuseEncodings answers 415 to a request whose body is content-coded
+// (gzip, deflate, br, or a stack of them), before anything reads it.
+// Fiber inflates such a body on first read, with no limit on what it
+// inflates to: a 1 KB gzip bomb would otherwise become gigabytes in
+// memory behind the 1 MiB limit, which applies to the bytes on the wire.
+// No client of the API and no provider's webhook compresses requests.
+func refuseEncodings() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		for _, v := range c.Request().Header.PeekAll(fiber.HeaderContentEncoding) {
+			for _, coding := range strings.Split(string(v), ",") {
+				if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+					return problem.Write(c, problem.New(fiber.StatusUnsupportedMediaType, "unsupported_content_encoding",
+						"request bodies must not be content-coded (send them without Content-Encoding)"))
+				}
+			}
+		}
+		return c.Next()
 	}
 }

@@ -75,6 +75,9 @@ type Config struct {
 	Limits   Limits
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	// ClockSkew shifts this instance's own clock (CLOCK_SKEW, development
+	// only), so tests can run instances whose clocks disagree.
+	ClockSkew time.Duration
 }
 
 // Database selects the store.
@@ -127,7 +130,11 @@ type Schedule struct {
 	SweepStaleAfter time.Duration // SWEEP_STALE_AFTER
 	SweepBatch      int           // SWEEP_BATCH
 	ReviewAfter     time.Duration // REVIEW_AFTER
-	PurgeSchedule   string        // PURGE_SCHEDULE, a 5-field cron line in UTC
+	// RecheckAfter is how long after a release as never charged the
+	// payment is looked up once more (RECHECK_AFTER): a charge may land
+	// after the provider said it had none.
+	RecheckAfter  time.Duration // RECHECK_AFTER
+	PurgeSchedule string        // PURGE_SCHEDULE, a 5-field cron line in UTC
 	PurgeBatch      int           // PURGE_BATCH
 	KeyTTL          time.Duration // KEY_TTL
 }
@@ -149,6 +156,12 @@ type Limits struct {
 	RatePerSecond float64 // RATE_LIMIT_PER_SECOND, 0 disables
 	Burst         int     // RATE_LIMIT_BURST
 }
+
+// Now is this instance's clock: the wall clock, shifted by CLOCK_SKEW. It
+// stamps what the instance writes for humans (updated_at, tokens' iat and
+// exp); no lease, staleness or age is ever compared with it (those use the
+// database's clock), and CLOCK_SKEW exists to test exactly that.
+func (c Config) Now() time.Time { return time.Now().Add(c.ClockSkew) }
 
 // Production reports whether the gateway runs in production mode.
 func (c Config) Production() bool { return c.Env == Production }
@@ -200,6 +213,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			SweepStaleAfter: r.dur("SWEEP_STALE_AFTER", 5*time.Minute),
 			SweepBatch:      r.int("SWEEP_BATCH", 100, 1, 10000),
 			ReviewAfter:     r.dur("REVIEW_AFTER", 24*time.Hour),
+			RecheckAfter:    r.dur("RECHECK_AFTER", time.Hour),
 			PurgeSchedule:   r.str("PURGE_SCHEDULE", "0 3 * * *"),
 			PurgeBatch:      r.int("PURGE_BATCH", 1000, 1, 100000),
 			KeyTTL:          r.dur("KEY_TTL", 72*time.Hour),
@@ -217,6 +231,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			Burst:         r.int("RATE_LIMIT_BURST", 200, 0, 1000000),
 		},
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
+		ClockSkew:       r.signedDur("CLOCK_SKEW"),
 	}
 	c.Secrets = Secrets{
 		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
@@ -255,6 +270,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if c.Schedule.ReviewAfter <= c.Schedule.SweepStaleAfter {
 		r.fail("REVIEW_AFTER", "must exceed SWEEP_STALE_AFTER")
+	}
+	if c.Schedule.RecheckAfter < c.Schedule.SweepStaleAfter {
+		r.fail("RECHECK_AFTER", "(%s) must be at least SWEEP_STALE_AFTER (%s)", c.Schedule.RecheckAfter, c.Schedule.SweepStaleAfter)
+	}
+	if c.ClockSkew != 0 && c.Production() {
+		r.fail("CLOCK_SKEW", "is a test setting; production refuses it")
 	}
 	if _, err := cron.ParseStandard(c.Schedule.PurgeSchedule); err != nil {
 		r.fail("PURGE_SCHEDULE", "is not a 5-field cron expression: %v", err)
@@ -425,6 +446,19 @@ func (r *reader) durZero(name string, def time.Duration) time.Duration {
 	if err != nil || d < 0 {
 		r.fail(name, "must be a duration like 30s or 5m, got %q", v)
 		return def
+	}
+	return d
+}
+
+// signedDur reads a duration that may be negative; unset is zero.
+func (r *reader) signedDur(name string) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		r.fail(name, "must be a duration like 90s or -1m, got %q", v)
 	}
 	return d
 }

@@ -48,7 +48,7 @@ func TestCompleteWith(t *testing.T) {
 	cases := []struct {
 		name string
 		// before prepares the key and returns the claim to complete with.
-		before      func(t *testing.T, s *idempotency.Store, clk *fakeClock) idempotency.Claim
+		before      func(t *testing.T, s *idempotency.Store, clk ager) idempotency.Claim
 		widget      string // w1's state before
 		wantErr     error
 		wantApplied bool
@@ -57,24 +57,24 @@ func TestCompleteWith(t *testing.T) {
 	}{
 		{
 			name: "OwnedAndOpenWritesBoth",
-			before: func(t *testing.T, s *idempotency.Store, _ *fakeClock) idempotency.Claim {
+			before: func(t *testing.T, s *idempotency.Store, _ ager) idempotency.Claim {
 				return claim(t, s, "m1", "k")
 			},
 			widget: "open", wantApplied: true, wantWidget: "done", wantKey: idempotency.StatusDone,
 		},
 		{
 			name: "ResourceAlreadyFinalWritesNeither",
-			before: func(t *testing.T, s *idempotency.Store, _ *fakeClock) idempotency.Claim {
+			before: func(t *testing.T, s *idempotency.Store, _ ager) idempotency.Claim {
 				return claim(t, s, "m1", "k")
 			},
 			widget: "settled", wantApplied: false, wantWidget: "settled", wantKey: idempotency.StatusInProgress,
 		},
 		{
 			name: "TakenOverWritesNeither",
-			before: func(t *testing.T, s *idempotency.Store, clk *fakeClock) idempotency.Claim {
+			before: func(t *testing.T, s *idempotency.Store, clk ager) idempotency.Claim {
 				old := claim(t, s, "m1", "k")
 				clk.Advance(lease + time.Second)
-				_, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+				_, ok, err := takeOver(s, "m1", "k")
 				require.NoError(t, err)
 				require.True(t, ok)
 				return old
@@ -83,7 +83,7 @@ func TestCompleteWith(t *testing.T) {
 		},
 		{
 			name: "AlreadyCompletedWritesNeither",
-			before: func(t *testing.T, s *idempotency.Store, _ *fakeClock) idempotency.Claim {
+			before: func(t *testing.T, s *idempotency.Store, _ ager) idempotency.Claim {
 				c := claim(t, s, "m1", "k")
 				require.NoError(t, s.Complete(ctx, nil, c, resp))
 				return c
@@ -92,7 +92,7 @@ func TestCompleteWith(t *testing.T) {
 		},
 		{
 			name: "AnotherMerchantsKeyIsNotOurs",
-			before: func(t *testing.T, s *idempotency.Store, _ *fakeClock) idempotency.Claim {
+			before: func(t *testing.T, s *idempotency.Store, _ ager) idempotency.Claim {
 				c := claim(t, s, "m1", "k")
 				c.MerchantID = "m2"
 				return c
@@ -105,7 +105,7 @@ func TestCompleteWith(t *testing.T) {
 			t.Parallel()
 			db := dbtest.Postgres(t)
 			widgets(t, db, tc.widget)
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			c := tc.before(t, s, clk)
 			applied, err := s.CompleteWith(ctx, c, resp, finishWidget("w1"))
 			if tc.wantErr != nil {
@@ -134,7 +134,7 @@ func TestCompleteWithLosesToConcurrentTakeOver(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.Postgres(t)
 	widgets(t, db, "open")
-	s, _ := newStore(db)
+	s, _ := newStore(t, db)
 	c := claim(t, s, "m1", "k")
 
 	tx := db.Begin()
@@ -160,7 +160,7 @@ func TestCompleteWithLosesToConcurrentTakeOver(t *testing.T) {
 func TestCompleteWithIsPostgresOnly(t *testing.T) {
 	t.Parallel()
 	db := dbtest.SQLite(t)
-	s, _ := newStore(db)
+	s, _ := newStore(t, db)
 	c := claim(t, s, "m1", "k")
 	_, err := s.CompleteWith(context.Background(), c, idempotency.Response{Status: 201}, clause.Expr{SQL: "SELECT 1"})
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)

@@ -9,8 +9,8 @@
 // every query on a key filters on both, so the same key from two merchants
 // names two unrelated rows. The merchant comes from the verified token
 // (Config.Scope), never from the request. A key is stored with the
-// Fingerprint of the method, route and raw body of the request that first
-// used it; reusing the key for anything else is a mismatch (422).
+// Fingerprint of the method, route and canonical body of the request that
+// first used it; reusing the key for anything else is a mismatch (422).
 //
 // # State machine
 //
@@ -27,6 +27,7 @@
 //	in_progress   LeaveInProgress(T): L = now        in_progress, lease ended
 //	in_progress   owner stops (error, panic, crash)  in_progress until L lapses
 //	in_progress   TakeOver, once L < now             in_progress (token T', lease L')
+//	(no row)      PutDone (an outcome learned late)  done
 //	done          PurgeDone, after the key TTL       (no row)
 //
 // Claimed: the first request inserts the row in_progress with a random
@@ -88,9 +89,22 @@
 //
 // # Time
 //
-// The lease is compared with the store's clock (Store.WithClock in tests),
-// never with the database's, and every time is stored in UTC at
-// microsecond precision so PostgreSQL and SQLite order them alike. The lease
-// must exceed the provider timeout, or a retry could take over a request
-// that is still waiting on the provider.
+// Every time of a key is written, and every comparison of times made, by
+// the database's clock inside the statement (package dbclock): the lease
+// (locked_until = now + Lease, lapsed when locked_until < now), the last
+// attempt (attempted_at, set by the claim and by a retry's takeover, never
+// by a settler's), the last poll's lookup (looked_up_at) and completion
+// (completed_at, which the purge compares with now - KEY_TTL). Gateway
+// instances whose own clocks disagree therefore agree on who owns a key and
+// on what is stale; no instance's clock is ever compared with another's.
+// The lease must exceed the provider timeout, or a retry could take over a
+// request that is still waiting on the provider.
+//
+// # Fingerprints
+//
+// A key's request_hash is Fingerprint of the method, the route and the
+// body's RFC 8785 canonical form: spacing, member order and string escapes
+// do not make another request, any changed value does. Keys stored before
+// canonical fingerprints hold a hash of the raw body, which SameRequest
+// still accepts for a byte-identical retry.
 package idempotency

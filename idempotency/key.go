@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
+
+	"github.com/oncepay/gateway/app/reqjson"
 )
 
 // MaxKeyLen is the longest key accepted, counted after normalisation.
@@ -83,11 +85,41 @@ func validKey(k string) bool {
 }
 
 // Fingerprint is the request hash stored with a key: hex SHA-256 over the
-// method, the route and the raw body, each preceded by its length as a
+// method, the route and the body, each preceded by its length as a
 // big-endian uint64 so that no two different triples hash the same input
 // ("POST", "/a", "b" and "POST", "/ab", "" differ).
+//
+// The body is hashed in its RFC 8785 canonical form when it is JSON, as
+// Stripe compares a retry's meaning rather than its bytes: an app that
+// re-serialises the same payment with other spacing, key order or string
+// escapes sends the same request, and any changed value is another one.
+// A body that is not JSON (it will fail validation) is hashed as sent, and
+// a marker keeps the two forms from ever colliding.
 func Fingerprint(method, route string, body []byte) string {
+	form := "raw"
+	if c, err := reqjson.Canonical(body); err == nil {
+		form, body = "jcs", c
+	}
+	return digest(form, method, route, body)
+}
+
+// SameRequest reports whether stored, a key's request hash, fingerprints
+// the request whose Fingerprint is hash. Keys stored before fingerprints
+// were canonical hold the hash of the raw body (legacyFingerprint): a
+// byte-identical retry of such a key is still the same request.
+func SameRequest(stored, hash, method, route string, body []byte) bool {
+	return stored == hash || stored == legacyFingerprint(method, route, body)
+}
+
+// legacyFingerprint is Fingerprint as it was before canonical bodies.
+func legacyFingerprint(method, route string, body []byte) string {
+	return digest("", method, route, body)
+}
+
+// digest is hex SHA-256 over prefix and the length-prefixed parts.
+func digest(prefix, method, route string, body []byte) string {
 	h := sha256.New()
+	h.Write([]byte(prefix))
 	var n [8]byte
 	for _, part := range [][]byte{[]byte(method), []byte(route), body} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))

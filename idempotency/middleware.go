@@ -128,31 +128,28 @@ func Middleware(cfg Config) fiber.Handler {
 			return inUse(c)
 		}
 		if err != nil {
-			log.ErrorContext(ctx, "idempotency: claim failed", "err", err)
-			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+			return unavailable(c, log, "claim", err)
 		}
 		if rec == nil {
 			observe(OutcomeClaimed)
 			return run(c, s, claim, observe, log)
 		}
-		if rec.RequestHash != hash {
+		if !SameRequest(rec.RequestHash, hash, c.Method(), c.Path(), c.Body()) {
 			observe(OutcomeMismatch)
-			return problem.Write(c, problem.New(fiber.StatusUnprocessableEntity, "idempotency_key_mismatch",
-				"this Idempotency-Key was used with a different method, route or body"))
+			return Mismatch(c)
 		}
 		if rec.Status == StatusDone {
 			observe(OutcomeReplayed)
 			c.Set(HeaderReplayed, "true")
 			return rec.Response().Write(c)
 		}
-		if !rec.LockedUntil.Before(s.clock()) {
+		if !rec.Lapsed {
 			observe(OutcomeConflict)
 			return inUse(c)
 		}
-		claim, ok, err := s.TakeOverRequest(ctx, merchantID, key, hash, cfg.Lease)
+		claim, ok, err := s.TakeOver(ctx, TakeOverParams{MerchantID: merchantID, Key: key, RequestHash: rec.RequestHash, Lease: cfg.Lease})
 		if err != nil {
-			log.ErrorContext(ctx, "idempotency: take over failed", "err", err)
-			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+			return unavailable(c, log, "take over", err)
 		}
 		if !ok {
 			// Another retry took it over first (or it just finished or was
@@ -160,10 +157,31 @@ func Middleware(cfg Config) fiber.Handler {
 			observe(OutcomeConflict)
 			return inUse(c)
 		}
+		claim.RequestHash = hash
 		observe(OutcomeTakenOver)
 		log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
 		return run(c, s, claim, observe, log)
 	}
+}
+
+// Mismatch answers a request that reuses a key for another request.
+func Mismatch(c *fiber.Ctx) error {
+	return problem.Write(c, MismatchProblem())
+}
+
+// MismatchProblem is the 422 of a key reused for another method, route or
+// body, for handlers that find the mismatch in their own records.
+func MismatchProblem() *problem.Problem {
+	return problem.New(fiber.StatusUnprocessableEntity, "idempotency_key_mismatch",
+		"this Idempotency-Key was used with a different method, route or body")
+}
+
+// unavailable answers a request whose key could not be read or claimed:
+// nothing was done for it, so a retry with the same key is safe.
+func unavailable(c *fiber.Ctx, log *slog.Logger, op string, err error) error {
+	log.ErrorContext(c.UserContext(), "idempotency: "+op+" failed; answered 503", "err", err)
+	return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
+		"the gateway could not reach its database; nothing was done; retry with the same Idempotency-Key").WithRetryAfter(2))
 }
 
 func inUse(c *fiber.Ctx) error {

@@ -344,7 +344,7 @@ func TestMiddlewareContract(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.Postgres(t)
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			h := newHarness(t, db, s)
 			var results []result
 			for i, st := range tt.steps {

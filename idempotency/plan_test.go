@@ -40,7 +40,7 @@ func TestWritesFindTheKeyByPrimaryKey(t *testing.T) {
 	require.NoError(t, db.Callback().Update().After("gorm:update").Register("test:capture", capture))
 	require.NoError(t, db.Callback().Delete().After("gorm:delete").Register("test:capture", capture))
 
-	s, _ := newStore(db)
+	s, _ := newStore(t, db)
 	for i := range 100 { // a table with some history, never analyzed
 		c := claim(t, s, "m_plan", fmt.Sprintf("old-%d", i))
 		require.NoError(t, s.Complete(ctx, nil, c, idempotency.Response{Status: 201, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{}`)}))

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/gateway/app/database/dbclock"
 )
 
 // Sentinel errors of the package. Callers compare with errors.Is.
@@ -41,9 +44,9 @@ const (
 
 // Record is one row of idempotency_keys.
 //
-// All times are UTC with microsecond precision: PostgreSQL keeps
-// microseconds, and SQLite stores times as text that only orders correctly
-// when every value has the same zone.
+// Every time in it was written by the database's clock (package dbclock),
+// and every comparison of those times runs in SQL against the same clock:
+// instances whose own clocks disagree still agree on who owns a key.
 type Record struct {
 	MerchantID  string `gorm:"column:merchant_id;primaryKey"`
 	Key         string `gorm:"column:key;primaryKey"`
@@ -55,11 +58,20 @@ type Record struct {
 	Header     map[string]string `gorm:"column:response_headers;serializer:json"`
 	// LockedUntil is the end of the owner's lease; LockToken fences the
 	// owner, so a request whose key was taken over cannot write.
-	LockedUntil time.Time  `gorm:"column:locked_until"`
-	LockToken   string     `gorm:"column:lock_token"`
-	ResourceID  string     `gorm:"column:resource_id"`
-	CreatedAt   time.Time  `gorm:"column:created_at"`
+	LockedUntil time.Time `gorm:"column:locked_until"`
+	LockToken   string    `gorm:"column:lock_token"`
+	ResourceID  string    `gorm:"column:resource_id"`
+	CreatedAt   time.Time `gorm:"column:created_at"`
+	// AttemptedAt is when a request last sent the work out (the claim, or
+	// a retry that took the key over); settlers that only look up do not
+	// move it. The sweeper waits SWEEP_STALE_AFTER after it.
+	AttemptedAt *time.Time `gorm:"column:attempted_at"`
+	// LookedUpAt is the last lookup of a poll (TakeOverParams.Every).
+	LookedUpAt  *time.Time `gorm:"column:looked_up_at"`
 	CompletedAt *time.Time `gorm:"column:completed_at"`
+	// Lapsed is whether the lease had ended when the row was read, by the
+	// database's clock (Get computes it; it is not a column).
+	Lapsed bool `gorm:"column:lapsed;->"`
 }
 
 // TableName is the table the migrations create.
@@ -87,10 +99,17 @@ type Response struct {
 // may Complete, Release, LeaveInProgress or SetResource, and only while no
 // one has taken the key over (the Token must still match).
 type Claim struct {
-	MerchantID  string
-	Key         string
-	Token       string
-	LockedUntil time.Time
+	MerchantID string
+	Key        string
+	Token      string
+	// RequestHash is the fingerprint of the request the key belongs to,
+	// when the claimer knows it (a request's claim or takeover; not the
+	// sweeper's).
+	RequestHash string
+	// SinceAttempt is how long ago, by the database's clock, a request
+	// last sent the work out: zero for a fresh claim or a retry's
+	// takeover, the age of the last attempt for a settler's takeover.
+	SinceAttempt time.Duration
 	// TakenOver is true when the key was claimed from an owner whose lease
 	// lapsed: earlier work may have happened and must be re-driven with the
 	// same references, never started afresh.
@@ -119,8 +138,12 @@ type ClaimParams struct {
 
 // StaleParams are the arguments of Store.Stale.
 type StaleParams struct {
-	// OlderThan selects keys created before this instant.
-	OlderThan time.Time
+	// StaleAfter selects keys whose last attempt is at least this old.
+	StaleAfter time.Duration
+	// LapsedBefore selects keys whose lease ended before this instant, a
+	// time read from the database (dbclock.Read) at the start of a sweep,
+	// so a key the sweep itself leaves pending is not picked twice.
+	LapsedBefore time.Time
 	// Limit caps the number of keys returned; zero or less means 100.
 	Limit int
 }
@@ -128,26 +151,15 @@ type StaleParams struct {
 // Store keeps idempotency keys in the database. Every method on a key
 // filters on merchant_id: keys are scoped per merchant. Methods that take a
 // tx *gorm.DB run on it (it may be a transaction); a nil tx means the
-// store's own pool.
+// store's own pool. The store has no clock of its own: see Record.
 type Store struct {
-	db  *gorm.DB
-	now func() time.Time
+	db *gorm.DB
 }
 
-// NewStore returns a store over db using the wall clock.
+// NewStore returns a store over db.
 func NewStore(db *gorm.DB) *Store {
-	return &Store{db: db, now: time.Now}
+	return &Store{db: db}
 }
-
-// WithClock returns a copy of s that reads time from now, for tests and for
-// callers that share a clock.
-func (s *Store) WithClock(now func() time.Time) *Store {
-	cp := *s
-	cp.now = now
-	return &cp
-}
-
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 func (s *Store) exec(ctx context.Context, tx *gorm.DB) *gorm.DB {
 	if tx == nil {
@@ -160,8 +172,8 @@ func (s *Store) exec(ctx context.Context, tx *gorm.DB) *gorm.DB {
 // request, and GORM's Create spends more CPU reflecting over Record and
 // building the statement than pgx spends sending it. Columns left out
 // take the table's defaults (status_code 0, resource_id empty, the rest NULL).
-const insertClaim = `INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+const insertClaim = `INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 
 // claimAttempts bounds Claim's retries when the row it lost to vanishes
 // (released) before it can be read.
@@ -174,16 +186,7 @@ const claimAttempts = 3
 // conflict, mismatch, or TakeOver when its lease lapsed).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error) {
 	for range claimAttempts {
-		now := s.clock()
-		rec := Record{
-			MerchantID:  p.MerchantID,
-			Key:         p.Key,
-			RequestHash: p.RequestHash,
-			Status:      StatusInProgress,
-			LockedUntil: now.Add(p.Lease),
-			LockToken:   uuid.NewString(),
-			CreatedAt:   now,
-		}
+		token := uuid.NewString()
 		db := s.exec(ctx, nil)
 		hold := p.Hold && db.Dialector.Name() == "postgres"
 		if hold {
@@ -191,7 +194,8 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 				return Claim{}, nil, fmt.Errorf("idempotency: claim: begin: %w", db.Error)
 			}
 		}
-		res := db.Exec(insertClaim, rec.MerchantID, rec.Key, rec.RequestHash, rec.Status, rec.LockedUntil, rec.LockToken, rec.CreatedAt)
+		now := dbclock.Now(db)
+		res := db.Exec(insertClaim, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), token, now, now)
 		if hold && (res.Error != nil || res.RowsAffected != 1) {
 			db.Rollback()
 		}
@@ -202,7 +206,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 			return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", res.Error)
 		}
 		if res.RowsAffected == 1 {
-			c := s.newClaim(rec.MerchantID, rec.Key, rec.LockToken, rec.LockedUntil, false)
+			c := s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, 0, false)
 			if hold {
 				c.held = &heldTx{tx: db}
 			}
@@ -220,43 +224,73 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 	return Claim{}, nil, fmt.Errorf("idempotency: claim: key %q keeps being released", p.Key)
 }
 
-func (s *Store) newClaim(merchantID, key, token string, until time.Time, takenOver bool) Claim {
-	return Claim{MerchantID: merchantID, Key: key, Token: token, LockedUntil: until, TakenOver: takenOver, state: &claimState{}}
+func (s *Store) newClaim(merchantID, key, token, hash string, since time.Duration, takenOver bool) Claim {
+	return Claim{MerchantID: merchantID, Key: key, Token: token, RequestHash: hash, SinceAttempt: since, TakenOver: takenOver, state: &claimState{}}
+}
+
+// TakeOverParams are the arguments of Store.TakeOver.
+type TakeOverParams struct {
+	MerchantID string
+	Key        string
+	Lease      time.Duration
+	// RequestHash, when set, makes this the retry of the request with that
+	// fingerprint: it wins only if the key still belongs to that request
+	// (it may have been released and claimed by another body meanwhile),
+	// and it counts as a new attempt (attempted_at moves to now), since
+	// the retry sends the work out again. Settlers that only look up
+	// leave it empty.
+	RequestHash string
+	// Every, when positive, rate-limits lookups by pollers: the key is
+	// taken only if no TakeOver with Every took it within that long, and
+	// the time is recorded (looked_up_at).
+	Every time.Duration
 }
 
 // TakeOver claims a key whose owner's lease lapsed while it was still in
 // progress, with one conditional UPDATE that installs a new lock token: of
 // any number of concurrent callers exactly one gets ok == true. The old
 // owner's token stops working (ErrLostClaim). ok is false, with no error,
-// when the key is missing, done, or still leased.
-func (s *Store) TakeOver(ctx context.Context, merchantID, key string, lease time.Duration) (Claim, bool, error) {
-	return s.takeOver(ctx, merchantID, key, "", lease)
-}
-
-// TakeOverRequest is TakeOver for a retry of the request with this
-// fingerprint: it wins only if the key still belongs to that same request
-// (it may have been released and claimed by another body meanwhile).
-func (s *Store) TakeOverRequest(ctx context.Context, merchantID, key, requestHash string, lease time.Duration) (Claim, bool, error) {
-	return s.takeOver(ctx, merchantID, key, requestHash, lease)
-}
-
-func (s *Store) takeOver(ctx context.Context, merchantID, key, requestHash string, lease time.Duration) (Claim, bool, error) {
-	now := s.clock()
+// when the key is missing, done, still leased, belongs to another request
+// (p.RequestHash) or was looked up too recently (p.Every). The lease and
+// every test of time use the database's clock.
+func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, error) {
+	db := s.exec(ctx, nil)
+	now := dbclock.Now(db)
 	token := uuid.NewString()
-	until := now.Add(lease)
-	q := s.exec(ctx, nil).Model(&Record{}).
-		Where("merchant_id = ? AND key = ? AND status = ? AND locked_until < ?", merchantID, key, StatusInProgress, now)
-	if requestHash != "" {
-		q = q.Where("request_hash = ?", requestHash)
+	set := []string{"lock_token = ?", "locked_until = ?"}
+	setVars := []any{token, dbclock.Plus(db, p.Lease)}
+	where := "merchant_id = ? AND key = ? AND status = ? AND locked_until < ?"
+	whereVars := []any{p.MerchantID, p.Key, StatusInProgress, now}
+	if p.RequestHash != "" {
+		set = append(set, "attempted_at = ?")
+		setVars = append(setVars, now)
+		where += " AND request_hash = ?"
+		whereVars = append(whereVars, p.RequestHash)
 	}
-	res := q.Updates(map[string]any{"lock_token": token, "locked_until": until})
-	if res.Error != nil {
-		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", res.Error)
+	if p.Every > 0 {
+		set = append(set, "looked_up_at = ?")
+		setVars = append(setVars, now)
+		where += " AND (looked_up_at IS NULL OR looked_up_at < ?)"
+		whereVars = append(whereVars, dbclock.Minus(db, p.Every))
 	}
-	if res.RowsAffected != 1 {
+	stmt := "UPDATE idempotency_keys SET " + strings.Join(set, ", ") + " WHERE " + where +
+		" RETURNING COALESCE(?, 0)"
+	vars := append(append(setVars, whereVars...), dbclock.SecondsSince(db, "attempted_at"))
+	rows, err := db.Raw(stmt, vars...).Rows()
+	if err != nil {
+		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", err)
+	}
+	var since float64
+	switch err := scanOne(rows, &since); {
+	case errors.Is(err, sql.ErrNoRows):
 		return Claim{}, false, nil
+	case err != nil:
+		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", err)
 	}
-	return s.newClaim(merchantID, key, token, until, true), true, nil
+	if since < 0 {
+		since = 0
+	}
+	return s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, time.Duration(since*float64(time.Second)), true), true, nil
 }
 
 // owned updates the key of c with values if c still owns it. A claim still
@@ -305,7 +339,7 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 		"status_code":      r.Status,
 		"response":         body,
 		"response_headers": header,
-		"completed_at":     s.clock(),
+		"completed_at":     dbclock.Now(s.db),
 	}
 	if r.ResourceID != "" {
 		values["resource_id"] = r.ResourceID
@@ -370,7 +404,7 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`,
 		c.MerchantID, c.Key, StatusInProgress, c.Token,
 		write,
-		StatusDone, r.Status, body, header, s.clock(),
+		StatusDone, r.Status, body, header, dbclock.Now(db),
 		r.ResourceID, r.ResourceID,
 		c.MerchantID, c.Key, StatusInProgress, c.Token,
 	).Rows()
@@ -422,6 +456,29 @@ func encodeAnswer(r Response) (header any, body []byte, err error) {
 	return header, body, nil
 }
 
+// PutDone stores a final answer for a key that has no row — its claim was
+// released (the provider said it never saw the charge) or its answer
+// purged — because the ledger learned the outcome later: a retry of
+// requestHash then replays r instead of starting afresh. A key that has a
+// row is left alone (ok false): its owner, or its stored answer, speaks
+// for it. Run it in the transaction that records the outcome.
+func (s *Store) PutDone(ctx context.Context, tx *gorm.DB, merchantID, key, requestHash string, r Response) (ok bool, err error) {
+	header, body, err := encodeAnswer(r)
+	if err != nil {
+		return false, err
+	}
+	db := s.exec(ctx, tx)
+	now := dbclock.Now(db)
+	res := db.Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, status_code, response, response_headers,
+  locked_until, lock_token, resource_id, created_at, attempted_at, completed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		merchantID, key, requestHash, StatusDone, r.Status, body, header, now, r.ResourceID, now, now, now)
+	if res.Error != nil {
+		return false, fmt.Errorf("idempotency: put done: %w", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
 // Release deletes the claim: nothing happened outside the gateway (the body
 // was invalid, or the provider never received the charge), so a later
 // request with the key becomes a fresh owner.
@@ -461,7 +518,7 @@ func (s *Store) LeaveInProgress(ctx context.Context, c Claim) error {
 // LeaveInProgressTx is LeaveInProgress on the caller's transaction (nil:
 // the pool).
 func (s *Store) LeaveInProgressTx(ctx context.Context, tx *gorm.DB, c Claim) error {
-	if err := s.owned(ctx, tx, c, "leave in progress", map[string]any{"locked_until": s.clock()}); err != nil {
+	if err := s.owned(ctx, tx, c, "leave in progress", map[string]any{"locked_until": dbclock.Now(s.db)}); err != nil {
 		return err
 	}
 	c.state.set(endLeft)
@@ -475,11 +532,14 @@ func (s *Store) SetResource(ctx context.Context, tx *gorm.DB, c Claim, resourceI
 	return s.owned(ctx, tx, c, "set resource", map[string]any{"resource_id": resourceID})
 }
 
-// Get reads one key of a merchant. It returns ErrNotFound when there is no
-// such key (including another merchant's key of the same name).
+// Get reads one key of a merchant, with Lapsed computed by the database.
+// It returns ErrNotFound when there is no such key (including another
+// merchant's key of the same name).
 func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error) {
 	var rec Record
-	err := s.exec(ctx, nil).Where("merchant_id = ? AND key = ?", merchantID, key).Take(&rec).Error
+	db := s.exec(ctx, nil)
+	err := db.Select("*, (locked_until < ?) AS lapsed", dbclock.Now(db)).
+		Where("merchant_id = ? AND key = ?", merchantID, key).Take(&rec).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return nil, ErrNotFound
 	}
@@ -489,9 +549,10 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	return &rec, nil
 }
 
-// Stale lists, oldest first and across merchants (it is the sweeper's
-// query), keys still in progress that were created before p.OlderThan and
-// whose lease has lapsed. On PostgreSQL the rows are locked FOR UPDATE SKIP
+// Stale lists, oldest attempt first and across merchants (it is the
+// sweeper's query), keys still in progress whose last attempt is at least
+// p.StaleAfter old and whose lease ended before p.LapsedBefore, both by the
+// database's clock. On PostgreSQL the rows are locked FOR UPDATE SKIP
 // LOCKED, so run it in a transaction: concurrent sweepers get disjoint sets
 // and keep their rows until they commit. SQLite has a single writer and no
 // row locks, so there the clause is left out.
@@ -506,8 +567,9 @@ func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record
 	}
 	var recs []Record
 	// completed_at IS NULL selects the partial index of open keys.
-	err := q.Where("completed_at IS NULL AND status = ? AND created_at < ? AND locked_until < ?", StatusInProgress, p.OlderThan.UTC(), s.clock()).
-		Order("created_at, merchant_id, key").
+	err := q.Where("completed_at IS NULL AND status = ? AND attempted_at < ? AND locked_until < ?",
+		StatusInProgress, dbclock.Minus(q, p.StaleAfter), p.LapsedBefore.UTC()).
+		Order("attempted_at, merchant_id, key").
 		Limit(limit).
 		Find(&recs).Error
 	if err != nil {
@@ -516,22 +578,23 @@ func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record
 	return recs, nil
 }
 
-// PurgeDone deletes done keys completed before the cutoff, across merchants,
-// at most batch rows per statement (zero or less means 1000) so no statement
-// holds many locks or a long transaction; it loops until a statement deletes
-// fewer than batch rows. A key in progress is never deleted.
-func (s *Store) PurgeDone(ctx context.Context, before time.Time, batch int) (deleted int64, err error) {
+// PurgeDone deletes done keys completed at least ttl ago (by the
+// database's clock), across merchants, at most batch rows per statement
+// (zero or less means 1000) so no statement holds many locks or a long
+// transaction; it loops until a statement deletes fewer than batch rows. A
+// key in progress is never deleted. The payment keeps the request's
+// fingerprint, so the ledger still knows what was asked.
+func (s *Store) PurgeDone(ctx context.Context, ttl time.Duration, batch int) (deleted int64, err error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	before = before.UTC()
 	for {
 		if err := ctx.Err(); err != nil {
 			return deleted, err
 		}
 		db := s.exec(ctx, nil)
 		victims := db.Model(&Record{}).Select("merchant_id, key").
-			Where("status = ? AND completed_at < ?", StatusDone, before).
+			Where("status = ? AND completed_at < ?", StatusDone, dbclock.Minus(db, ttl)).
 			Order("completed_at").Limit(batch)
 		// Row values in IN need SQLite ≥ 3.15; the status test is repeated
 		// outside the subquery so a row can never be deleted unless done.

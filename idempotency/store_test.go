@@ -11,39 +11,45 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/idempotency"
 )
 
-// fakeClock is a test clock that moves only when told, plus one microsecond
-// per reading so that successive instants are strictly ordered.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+// ager makes time pass for a test's keys: the store compares every time
+// with the database's clock, so tests move the keys' times into the past
+// instead of moving a clock forward.
+type ager struct {
+	t  testing.TB
+	db *gorm.DB
 }
 
-func newClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+// Advance ages every key of the test's database by d.
+func (a ager) Advance(d time.Duration) {
+	a.t.Helper()
+	if d == 0 {
+		return
+	}
+	dbtest.Age(a.t, a.db, d, "idempotency_keys", "locked_until", "created_at", "attempted_at", "looked_up_at", "completed_at")
 }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Microsecond)
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// Now is the database's current time.
+func (a ager) Now() time.Time {
+	a.t.Helper()
+	now, err := dbclock.Read(a.db)
+	require.NoError(a.t, err)
+	return now
 }
 
 const lease = 30 * time.Second
 
-func newStore(db *gorm.DB) (*idempotency.Store, *fakeClock) {
-	clk := newClock()
-	return idempotency.NewStore(db).WithClock(clk.Now), clk
+func newStore(t testing.TB, db *gorm.DB) (*idempotency.Store, ager) {
+	return idempotency.NewStore(db), ager{t: t, db: db}
+}
+
+// takeOver is a settler's takeover (no request, no poll limit).
+func takeOver(s *idempotency.Store, merchant, key string) (idempotency.Claim, bool, error) {
+	return s.TakeOver(context.Background(), idempotency.TakeOverParams{MerchantID: merchant, Key: key, Lease: lease})
 }
 
 func claim(t *testing.T, s *idempotency.Store, merchant, key string) idempotency.Claim {
@@ -68,7 +74,7 @@ func TestStore(t *testing.T) {
 	t.Run("SecondClaimGetsTheRecord", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			first := claim(t, s, "m1", "k")
 			require.False(t, first.TakenOver)
 			c, rec, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "other", Lease: lease})
@@ -78,14 +84,15 @@ func TestStore(t *testing.T) {
 			require.Equal(t, idempotency.StatusInProgress, rec.Status)
 			require.Equal(t, "h", rec.RequestHash)
 			require.Equal(t, first.Token, rec.LockToken)
-			require.True(t, rec.LockedUntil.Equal(first.LockedUntil), "%v != %v", rec.LockedUntil, first.LockedUntil)
+			require.False(t, rec.Lapsed, "the first claim's lease is live")
+			require.NotNil(t, rec.AttemptedAt)
 		})
 	})
 
 	t.Run("OtherMerchantSameKeyIsIndependent", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			a := claim(t, s, "m1", "k")
 			b := claim(t, s, "m2", "k")
 			require.NotEqual(t, a.Token, b.Token)
@@ -101,7 +108,7 @@ func TestStore(t *testing.T) {
 	t.Run("CompleteStoresTheExactAnswer", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			c := claim(t, s, "m1", "k")
 			require.NoError(t, s.Complete(ctx, nil, c, resp))
 			rec, err := s.Get(ctx, "m1", "k")
@@ -121,21 +128,21 @@ func TestStore(t *testing.T) {
 	t.Run("TakeOverOnlyAfterLeaseLapses", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			old := claim(t, s, "m1", "k")
-			_, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			_, ok, err := takeOver(s, "m1", "k")
 			require.NoError(t, err)
 			require.False(t, ok, "lease still live")
 			clk.Advance(lease)
-			c, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			c, ok, err := takeOver(s, "m1", "k")
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.True(t, c.TakenOver)
 			require.NotEqual(t, old.Token, c.Token)
-			_, ok, err = s.TakeOver(ctx, "m1", "k", lease)
+			_, ok, err = takeOver(s, "m1", "k")
 			require.NoError(t, err)
 			require.False(t, ok, "the new owner's lease is live")
-			_, ok, err = s.TakeOver(ctx, "m2", "k", lease)
+			_, ok, err = takeOver(s, "m2", "k")
 			require.NoError(t, err)
 			require.False(t, ok, "another merchant's key is not ours")
 		})
@@ -144,10 +151,10 @@ func TestStore(t *testing.T) {
 	t.Run("StaleTokenCannotCompleteAfterTakeOver", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			old := claim(t, s, "m1", "k")
 			clk.Advance(lease + time.Second)
-			c, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			c, ok, err := takeOver(s, "m1", "k")
 			require.NoError(t, err)
 			require.True(t, ok)
 			before, err := s.Get(ctx, "m1", "k")
@@ -166,7 +173,7 @@ func TestStore(t *testing.T) {
 	t.Run("CompleteInRolledBackTxLeavesKeyInProgress", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			c := claim(t, s, "m1", "k")
 			err := db.Transaction(func(tx *gorm.DB) error {
 				require.NoError(t, s.Complete(ctx, tx, c, resp))
@@ -189,7 +196,7 @@ func TestStore(t *testing.T) {
 	t.Run("ReleaseLetsTheKeyBeClaimedAgain", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			c := claim(t, s, "m1", "k")
 			require.NoError(t, s.Release(ctx, c))
 			_, err := s.Get(ctx, "m1", "k")
@@ -203,7 +210,7 @@ func TestStore(t *testing.T) {
 	t.Run("LeaveInProgressEndsTheLeaseNow", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, _ := newStore(db)
+			s, _ := newStore(t, db)
 			c := claim(t, s, "m1", "k")
 			require.NoError(t, s.SetResource(ctx, nil, c, "pay_1"))
 			require.NoError(t, s.LeaveInProgress(ctx, c))
@@ -212,7 +219,7 @@ func TestStore(t *testing.T) {
 			require.Equal(t, idempotency.StatusInProgress, rec.Status)
 			require.Equal(t, "pay_1", rec.ResourceID)
 			// No waiting out the lease: the next retry takes over at once.
-			n, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			n, ok, err := takeOver(s, "m1", "k")
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.True(t, n.TakenOver)
@@ -222,27 +229,48 @@ func TestStore(t *testing.T) {
 	t.Run("StaleListsLapsedOldKeysOldestFirst", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			oldest := claim(t, s, "m2", "a")
 			claim(t, s, "m1", "b")
 			done := claim(t, s, "m1", "done")
 			require.NoError(t, s.Complete(ctx, nil, done, resp))
-			clk.Advance(time.Minute)
-			cutoff := clk.Now()
-			claim(t, s, "m1", "young") // created after the cutoff
-			clk.Advance(lease + time.Second)
+			retried := claim(t, s, "m1", "retried")
+			require.NoError(t, s.LeaveInProgress(ctx, retried))
+			claim(t, s, "m4", "settled")
+			clk.Advance(3 * time.Hour)
+			// A retry re-sends the charge: its attempt is fresh again,
+			// however old the key.
+			c, ok, err := s.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: "m1", Key: "retried", RequestHash: "h", Lease: lease})
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Less(t, c.SinceAttempt, time.Minute)
+			require.NoError(t, s.LeaveInProgress(ctx, c))
+			// A settler's takeover only looks up: the attempt stays old.
+			c, ok, err = takeOver(s, "m4", "settled")
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Greater(t, c.SinceAttempt, 2*time.Hour)
+			require.NoError(t, s.LeaveInProgress(ctx, c))
+			young := claim(t, s, "m1", "young") // lapsed, but attempted just now
+			require.NoError(t, s.LeaveInProgress(ctx, young))
 			claim(t, s, "m3", "leased") // lease live, also young
+			// SQLite's clock has millisecond steps: let one pass, so the
+			// leases just ended are strictly before the sweep's start.
+			time.Sleep(5 * time.Millisecond)
+			p := idempotency.StaleParams{StaleAfter: 90 * time.Minute, LapsedBefore: clk.Now(), Limit: 10}
 			var got []idempotency.Record
 			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
 				var err error
-				got, err = s.Stale(ctx, tx, idempotency.StaleParams{OlderThan: cutoff, Limit: 10})
+				got, err = s.Stale(ctx, tx, p)
 				return err
 			}))
-			require.Len(t, got, 2)
-			require.Equal(t, oldest.Key, got[0].Key)
-			require.Equal(t, "m2", got[0].MerchantID)
-			require.Equal(t, "b", got[1].Key)
-			got, err := s.Stale(ctx, nil, idempotency.StaleParams{OlderThan: cutoff, Limit: 1})
+			keys := []string{}
+			for _, r := range got {
+				keys = append(keys, r.MerchantID+"/"+r.Key)
+			}
+			require.Equal(t, []string{"m2/" + oldest.Key, "m1/b", "m4/settled"}, keys, "oldest attempt first; the retried and young keys are not stale")
+			p.Limit = 1
+			got, err = s.Stale(ctx, nil, p)
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 		})
@@ -251,17 +279,16 @@ func TestStore(t *testing.T) {
 	t.Run("PurgeDoneDeletesOnlyOldDoneKeysInBatches", func(t *testing.T) {
 		t.Parallel()
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
-			s, clk := newStore(db)
+			s, clk := newStore(t, db)
 			for i := range 7 {
 				c := claim(t, s, fmt.Sprintf("m%d", i%3), fmt.Sprintf("old-%d", i))
 				require.NoError(t, s.Complete(ctx, nil, c, resp))
 			}
 			stuck := claim(t, s, "m1", "stuck") // old but never finished
-			clk.Advance(time.Hour)
-			cutoff := clk.Now()
+			clk.Advance(2 * time.Hour)
 			young := claim(t, s, "m1", "young")
 			require.NoError(t, s.Complete(ctx, nil, young, resp))
-			n, err := s.PurgeDone(ctx, cutoff, 3) // batches of 3, 3, 1
+			n, err := s.PurgeDone(ctx, time.Hour, 3) // batches of 3, 3, 1
 			require.NoError(t, err)
 			require.EqualValues(t, 7, n)
 			var left []idempotency.Record
@@ -270,7 +297,8 @@ func TestStore(t *testing.T) {
 			require.Equal(t, stuck.Key, left[0].Key)
 			require.Equal(t, idempotency.StatusInProgress, left[0].Status)
 			require.Equal(t, "young", left[1].Key)
-			n, err = s.PurgeDone(ctx, clk.Now().Add(24*time.Hour), 3)
+			clk.Advance(48 * time.Hour)
+			n, err = s.PurgeDone(ctx, time.Hour, 3)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "the in-progress key survives any cutoff")
 		})
@@ -309,11 +337,11 @@ func TestStorePostgresRaces(t *testing.T) {
 	t.Run("TakeOverHasOneWinnerOf20", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.Postgres(t)
-		s, clk := newStore(db)
+		s, clk := newStore(t, db)
 		claim(t, s, "m1", "k")
 		clk.Advance(lease + time.Second)
 		require.EqualValues(t, 1, winners(t, 20, func() (bool, error) {
-			_, ok, err := s.TakeOver(ctx, "m1", "k", lease)
+			_, ok, err := takeOver(s, "m1", "k")
 			return ok, err
 		}))
 	})
@@ -321,7 +349,7 @@ func TestStorePostgresRaces(t *testing.T) {
 	t.Run("ClaimHasOneWinnerOf20", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.Postgres(t)
-		s, _ := newStore(db)
+		s, _ := newStore(t, db)
 		require.EqualValues(t, 1, winners(t, 20, func() (bool, error) {
 			_, rec, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: lease})
 			return rec == nil, err
@@ -331,12 +359,12 @@ func TestStorePostgresRaces(t *testing.T) {
 	t.Run("StaleSkipLockedGivesDisjointSets", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.Postgres(t)
-		s, clk := newStore(db)
+		s, clk := newStore(t, db)
 		for i := range 5 {
 			claim(t, s, fmt.Sprintf("m%d", i%2), fmt.Sprintf("k%d", i))
 		}
 		clk.Advance(time.Hour)
-		p := idempotency.StaleParams{OlderThan: clk.Now(), Limit: 3}
+		p := idempotency.StaleParams{StaleAfter: time.Minute, LapsedBefore: clk.Now(), Limit: 3}
 		tx1 := db.Begin()
 		defer tx1.Rollback()
 		tx2 := db.Begin()
@@ -355,7 +383,8 @@ func TestStorePostgresRaces(t *testing.T) {
 		}
 		require.Len(t, seen, 5)
 		require.NoError(t, tx1.Rollback().Error)
-		third, err := s.Stale(ctx, tx2, idempotency.StaleParams{OlderThan: clk.Now(), Limit: 10})
+		p.Limit = 10
+		third, err := s.Stale(ctx, tx2, p)
 		require.NoError(t, err)
 		require.Len(t, third, 5, "tx2 already holds its 2 and now gets tx1's 3 back")
 	})

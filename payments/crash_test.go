@@ -25,6 +25,7 @@ func TestCrashAfterChargeBeforeRecord(t *testing.T) {
 	env := apptest.BaseEnv(dbURL, t.TempDir())
 	env["IDEMPOTENCY_LEASE"] = "1h" // time passes only when the test says so
 	env["SWEEP_STALE_AFTER"] = "2h"
+	env["RECHECK_AFTER"] = "3h"
 	env["SWEEP_INTERVAL"] = "1h"
 	env["ONCEPAY_FAILPOINT"] = "after_charge"
 	p := apptest.StartProcess(t, apptest.Binary(t, "failpoint"), env)

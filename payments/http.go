@@ -106,6 +106,9 @@ type DeclinedProblem struct {
 // get godoc
 // @Summary      Get a payment
 // @Description  One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.
+// @Description  Polling a `processing` payment that nobody is working on (its key's lease has lapsed) asks the provider
+// @Description  (a lookup, never a charge; at most once every few seconds per payment) and answers the settled state,
+// @Description  so the `Location` of a 202 reaches a final state without waiting for the sweeper.
 // @Tags         payments
 // @Produce      json
 // @Produce      application/problem+json
@@ -124,7 +127,11 @@ func (h *Handler) get(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.store.Get(c.UserContext(), m.ID, c.Params("id"))
+	id := c.Params("id")
+	if !wellFormedID(id) {
+		return problem.New(fiber.StatusNotFound, "payment_not_found", "no such payment")
+	}
+	p, err := h.svc.Poll(c.UserContext(), m.ID, id)
 	if errors.Is(err, ErrNotFound) {
 		return problem.New(fiber.StatusNotFound, "payment_not_found", "no such payment")
 	}
@@ -201,6 +208,22 @@ func (h *Handler) list(c *fiber.Ctx) error {
 	return c.JSON(page)
 }
 
+// wellFormedID reports whether id could be a payment id: "pay_" and 32
+// lowercase hex digits. Anything else names no payment and is not sent to
+// the database (NUL bytes and invalid UTF-8 are errors there, not misses).
+func wellFormedID(id string) bool {
+	const prefix = "pay_"
+	if len(id) != len(prefix)+32 || !strings.HasPrefix(id, prefix) {
+		return false
+	}
+	for i := len(prefix); i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func encodeCursor(c Cursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.ID))
 }
@@ -211,7 +234,7 @@ func decodeCursor(s string) (Cursor, error) {
 		return Cursor{}, err
 	}
 	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok || id == "" {
+	if !ok || !wellFormedID(id) {
 		return Cursor{}, errors.New("payments: malformed cursor")
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)

@@ -12,6 +12,7 @@ package payments
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -32,15 +33,26 @@ const (
 	// FailureProviderUnavailable: the provider certainly did not charge;
 	// the key was released and a retry may charge afresh.
 	FailureProviderUnavailable = "provider_unavailable"
-	// FailureNotProcessed: the sweeper found the provider never saw the
-	// charge; the key was released.
+	// FailureNotProcessed: the sweeper found the provider had no record of
+	// the charge, long after the last attempt; the key was released. It is
+	// provisional: the payment is looked up once more after RECHECK_AFTER,
+	// and a signed webhook or that lookup showing the charge re-opens it as
+	// succeeded (and its key replays the success).
 	FailureNotProcessed = "not_processed"
 )
 
 // Sentinel errors.
 var (
 	ErrNotFound = errors.New("payments: not found")
+	// ErrConflict means a conditional write found the payment moved on
+	// since it was read (another settler, a retry).
+	ErrConflict = errors.New("payments: payment changed concurrently")
 )
+
+// retryableCodes are the failure codes of a payment whose key was
+// released: nothing was charged as far as the gateway knows, and a new
+// claim of the key may charge (with the same reference).
+var retryableCodes = []string{FailureProviderUnavailable, FailureNotProcessed}
 
 // Payment is one row of the ledger. Payments are kept forever.
 type Payment struct {
@@ -60,9 +72,27 @@ type Payment struct {
 	Description           string
 	Metadata              string // a JSON object, as validated
 	Attempts              int
-	CreatedAt             time.Time
-	UpdatedAt             time.Time
+	// RequestHash is the fingerprint of the request that made the payment
+	// (idempotency.Fingerprint), kept for life: after its key's stored
+	// answer is purged, the same request is answered from the ledger and
+	// another one under the key is a mismatch. Empty on payments made
+	// before fingerprints were kept.
+	RequestHash string
+	// RecheckAt, when set, is when a payment released as never charged
+	// (not_processed) is looked up once more: a "not found" is not proof
+	// that no charge will land.
+	RecheckAt *time.Time
+	// CreatedAt is the database's time (as every time the gateway
+	// compares); UpdatedAt is the writing instance's.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// AgeSeconds is how old the payment was when read, by the database's
+	// clock; only reads that need it (GetByKey) fill it in.
+	AgeSeconds float64 `gorm:"column:age_seconds;->"`
 }
+
+// age is AgeSeconds as a duration.
+func (p *Payment) age() time.Duration { return time.Duration(p.AgeSeconds * float64(time.Second)) }
 
 // TableName is the table the migrations create.
 func (Payment) TableName() string { return "payments" }
@@ -70,8 +100,7 @@ func (Payment) TableName() string { return "payments" }
 // retryable reports whether a failed payment ended with the key released,
 // so that a new claim of the key may charge again.
 func (p *Payment) retryable() bool {
-	return p.Status == StatusFailed &&
-		(p.FailureCode == FailureProviderUnavailable || p.FailureCode == FailureNotProcessed)
+	return p.Status == StatusFailed && slices.Contains(retryableCodes, p.FailureCode)
 }
 
 // View is the public shape of a payment. The payment method token is not

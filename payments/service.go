@@ -39,7 +39,22 @@ type Config struct {
 	ReviewAfter time.Duration
 	// Lease is the idempotency lease a settler (sweeper, webhook) takes.
 	Lease time.Duration
-	// Now is the clock; nil means time.Now.
+	// StaleAfter is how long after a key's last attempt a provider's "not
+	// found" may release it (SWEEP_STALE_AFTER): sooner, the charge may
+	// still be on its way.
+	StaleAfter time.Duration
+	// RecheckAfter is how long after a release as never charged the
+	// payment is looked up once more (RECHECK_AFTER).
+	RecheckAfter time.Duration
+	// PollEvery is how often, at most, polls of one processing payment
+	// (GET) ask the provider.
+	PollEvery time.Duration
+	// RecordTimeout bounds the database work that records a provider's
+	// answer: past it (a stalled database) the charge may exist and the
+	// answer is 202 processing, the key left in progress.
+	RecordTimeout time.Duration
+	// Now is the clock of the timestamps this instance writes (updated_at);
+	// no decision compares it with anything. nil means time.Now.
 	Now func() time.Time
 	// Log receives operational events; nil means slog.Default().
 	Log *slog.Logger
@@ -72,6 +87,18 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 	}
 	if cfg.ReviewAfter == 0 {
 		cfg.ReviewAfter = 24 * time.Hour
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 5 * time.Minute
+	}
+	if cfg.RecheckAfter == 0 {
+		cfg.RecheckAfter = time.Hour
+	}
+	if cfg.PollEvery == 0 {
+		cfg.PollEvery = 5 * time.Second
+	}
+	if cfg.RecordTimeout == 0 {
+		cfg.RecordTimeout = 5 * time.Second
 	}
 	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg}
 }
@@ -110,15 +137,26 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	in.Provider = name
 
 	p, redrive, err := s.open(ctx, claim, m.ID, in)
-	if err != nil {
-		return Answer{}, err
+	switch {
+	case errors.Is(err, errMismatch):
+		return Answer{}, s.release(ctx, claim, idempotency.MismatchProblem())
+	case err != nil:
+		if _, ok := problem.As(err); ok {
+			return Answer{}, err
+		}
+		// Nothing was charged: the ledger row is written before any
+		// provider call, and it was not.
+		s.cfg.Log.ErrorContext(ctx, "payment could not be opened; answered 503", "merchant_id", m.ID, "err", err)
+		return Answer{}, dbUnavailable()
 	}
 	if final(p.Status) {
-		// The ledger already has a final answer for this key (its stored
-		// answer was purged after KEY_TTL): answer it again, never charge.
-		return s.complete(ctx, claim, &p)
+		// The ledger already has a final answer for this request (its
+		// stored answer was purged after KEY_TTL): answer it again, marked
+		// as the replay it is, and never charge.
+		a, err := s.complete(ctx, claim, &p)
+		return replayed(a), err
 	}
-	if redrive && s.now().Sub(p.CreatedAt) > redriveWindow {
+	if redrive && p.age() > redriveWindow {
 		return s.lookUpInstead(ctx, claim, &p)
 	}
 	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
@@ -136,22 +174,69 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	failpoint("before_charge")
 	res, err := s.charge(ctx, prov, &p)
 	failpoint("after_charge")
+	// From here a charge may exist: whatever the database does, the answer
+	// is never a 500. Recording gets its own bounded time, so a stalled
+	// database yields 202 processing (the key stays in progress, and a
+	// retry or the sweeper settles it) instead of a request that hangs.
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
 	switch {
 	case errors.Is(err, providers.ErrNotCharged) && !redrive:
-		return s.notCharged(ctx, claim, &p, err)
+		return s.notCharged(rctx, claim, &p, err)
 	case err != nil:
 		// Also a certain non-charge of this attempt when an earlier one's
 		// outcome is unknown: that charge may exist, so never release.
 		s.cfg.Log.WarnContext(ctx, "payment outcome unknown; left in progress",
 			"merchant_id", m.ID, "payment_id", p.ID, "provider", p.Provider, "err", err)
-		return s.unknown(ctx, claim, &p)
+		return s.unknown(rctx, claim, &p)
 	case !res.Outcome.Final():
 		if res.TransactionID != "" {
 			p.ProviderTransactionID = res.TransactionID
 		}
-		return s.unknown(ctx, claim, &p)
+		return s.unknown(rctx, claim, &p)
 	}
-	return s.finish(ctx, claim, &p, res)
+	a, err := s.finish(rctx, claim, &p, res)
+	if err != nil {
+		if _, ok := problem.As(err); ok {
+			return a, err
+		}
+		s.cfg.Log.ErrorContext(ctx, "provider answered but the outcome could not be recorded; answered 202, left in progress",
+			"merchant_id", m.ID, "payment_id", p.ID, "provider", p.Provider, "outcome", string(res.Outcome), "err", err)
+		return s.unknown(rctx, claim, &p)
+	}
+	return a, nil
+}
+
+// recordContext is the context of the database work after a provider
+// call: the request's values, but its own deadline (RecordTimeout), so a
+// request that spent its budget on the provider can still record.
+func (s *Service) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RecordTimeout)
+}
+
+// errMismatch: the key's payment was made by another request (its
+// fingerprint differs), found after the key's stored answer was purged.
+var errMismatch = errors.New("payments: key used by another request")
+
+// replayed marks an answer from the ledger as the replay it is. The
+// stored answer never carries the mark; a replay adds it, as the
+// middleware does for stored answers.
+func replayed(a Answer) Answer {
+	if a.Header == nil {
+		return a
+	}
+	h := make(map[string]string, len(a.Header)+1)
+	for k, v := range a.Header {
+		h[k] = v
+	}
+	h[idempotency.HeaderReplayed] = "true"
+	a.Header = h
+	return a
+}
+
+func dbUnavailable() error {
+	return problem.New(fiber.StatusServiceUnavailable, "unavailable",
+		"the gateway could not reach its database; nothing was charged; retry with the same Idempotency-Key").WithRetryAfter(2)
 }
 
 // redriveWindow is how long after a payment's first attempt a takeover may
@@ -204,7 +289,7 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			Status:            StatusProcessing,
 			ProviderReference: providers.Reference(merchantID, claim.Key),
 			Attempts:          1,
-			CreatedAt:         now,
+			RequestHash:       claim.RequestHash,
 		}
 		p.apply(in, now)
 		inserted, err := s.store.InsertNew(ctx, tx, &p)
@@ -215,16 +300,25 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		if err != nil {
 			return err
 		}
+		if existing.RequestHash != "" && claim.RequestHash != "" && existing.RequestHash != claim.RequestHash &&
+			!(existing.Status == StatusFailed && existing.FailureCode == FailureProviderUnavailable) {
+			// The key's stored answer is gone (purged) or was never
+			// stored (released as not_processed), but the ledger
+			// remembers what was asked: this is another request under the
+			// same key. Only a certain non-charge (the provider refused
+			// the call) frees the key for another body: nothing can land
+			// under its reference. A not_processed one may still land.
+			return errMismatch
+		}
+		from, fromCode := existing.Status, existing.FailureCode
 		switch {
 		case existing.retryable():
-			// The key was released after a certain non-charge: this is a
-			// new attempt at the same payment, with the same reference.
+			// The key was released after a non-charge: this is a new
+			// attempt at the same payment, with the same reference.
 			p = existing
 			p.apply(in, now)
 			p.Status = StatusProcessing
 			p.FailureCode, p.FailureMessage = "", ""
-			p.Attempts++
-			return s.store.Reopen(ctx, tx, &p)
 		case final(existing.Status):
 			p = existing
 			return nil
@@ -232,12 +326,16 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			// Taken over (still processing): same payment, same reference;
 			// the takeover re-drives the charge, which the provider dedupes.
 			p = existing
-			p.Attempts++
 			redrive = true
-			return s.store.Reopen(ctx, tx, &p)
 		}
+		p.Attempts++
+		if claim.RequestHash != "" {
+			p.RequestHash = claim.RequestHash
+		}
+		p.UpdatedAt = now
+		return s.store.Reopen(ctx, tx, &p, from, fromCode)
 	})
-	if errors.Is(err, idempotency.ErrLostClaim) {
+	if errors.Is(err, idempotency.ErrLostClaim) || errors.Is(err, ErrConflict) {
 		return Payment{}, false, keyInUse()
 	}
 	return p, redrive, err
@@ -282,16 +380,7 @@ func (s *Service) observeProvider(provider, op string, err error, d time.Duratio
 // atomically: one statement when the payment is still open (the request
 // path), else a transaction that answers from the ledger.
 func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Payment, res providers.Result) (Answer, error) {
-	now := s.now()
-	f := finishParams{Status: StatusSucceeded, TransactionID: res.TransactionID, At: now}
-	if res.Outcome == providers.OutcomeFailed {
-		f.Status = StatusFailed
-		f.FailureCode = res.FailureCode
-		if f.FailureCode == "" {
-			f.FailureCode = "card_declined"
-		}
-		f.FailureMessage = res.FailureMessage
-	}
+	f := outcomeParams(res, s.now())
 	// The common case in one statement: the payment was still open and the
 	// claim still owns the key.
 	next := *p
@@ -361,8 +450,10 @@ func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Pa
 		return Answer{}, keyInUse()
 	case err != nil:
 		// The key stays in progress; the sweeper will find nothing at the
-		// provider and release it.
-		return Answer{}, err
+		// provider and release it. Nothing was charged.
+		s.cfg.Log.ErrorContext(ctx, "could not record a certain non-charge; answered 503, left in progress",
+			"payment_id", p.ID, "err", err)
+		return Answer{}, dbUnavailable()
 	case !ok:
 		// Settled meanwhile: the ledger's answer is the answer.
 		return s.complete(ctx, claim, p)
@@ -381,10 +472,14 @@ func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Pa
 // when the payment is already final; p is then the ledger's payment.
 func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *Payment, code, msg string) (ok bool, err error) {
 	at := s.now()
+	f := finishParams{Status: StatusFailed, FailureCode: code, FailureMessage: msg, At: at}
+	if code == FailureNotProcessed {
+		// "Not found" is the provider's view at one moment; a charge sent
+		// before it may still land. Look once more, later.
+		f.RecheckAfter = s.cfg.RecheckAfter
+	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if ok, err = s.store.Finish(ctx, tx, p.ID, finishParams{
-			Status: StatusFailed, FailureCode: code, FailureMessage: msg, At: at,
-		}); err != nil || !ok {
+		if ok, err = s.store.Finish(ctx, tx, p.ID, f); err != nil || !ok {
 			return err
 		}
 		return s.keys.ReleaseTx(ctx, tx, claim)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -32,17 +33,21 @@ const (
 )
 
 // Settle finishes the payment of a key whose outcome was left unknown. The
-// caller (the sweeper or a webhook) has taken the key over, so it owns the
-// claim. Settle never creates a charge: it asks the provider with Lookup,
-// and a charge the provider never saw is released, not made.
+// caller (the sweeper) has taken the key over, so it owns the claim. Settle
+// never creates a charge: it asks the provider with Lookup, and a charge
+// the provider never saw is released, not made — but only once the key's
+// last attempt is SWEEP_STALE_AFTER old (claim.SinceAttempt, the
+// database's clock), and the payment is looked up once more after
+// RECHECK_AFTER (Recheck).
 func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
-	return s.settle(ctx, claim, true)
+	return s.settle(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
 }
 
 // settle is Settle; mayRelease says whether "the provider does not know the
-// reference" may release the key. Only the sweeper, which waits
-// SWEEP_STALE_AFTER, may conclude that: a webhook can arrive a moment after
-// a timeout, while the charge is still on its way to the provider.
+// reference" may release the key. Only a settler that knows the last
+// attempt is SWEEP_STALE_AFTER old may conclude that: a webhook or a poll
+// can come a moment after a timeout, while the charge is still on its way
+// to the provider.
 func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayRelease bool) (Settlement, error) {
 	p, err := s.store.GetByKey(ctx, nil, claim.MerchantID, claim.Key)
 	if errors.Is(err, ErrNotFound) {
@@ -71,9 +76,13 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		// The merchant's account was removed: nobody can ask the provider.
 		return s.stillUnknown(ctx, claim, &p, fmt.Errorf("provider account: %w", err))
 	}
-	start := s.cfg.Now()
+	start := time.Now()
 	res, err := prov.Lookup(ctx, p.ProviderReference)
-	s.observeProvider(p.Provider, "lookup", err, s.cfg.Now().Sub(start))
+	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
+	// Recording what the provider said gets its own time: a lookup that
+	// used up the caller's budget must still end the claim properly.
+	ctx, cancel := s.recordContext(ctx)
+	defer cancel()
 	if err != nil {
 		return s.stillUnknown(ctx, claim, &p, err)
 	}
@@ -108,7 +117,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 // ReviewAfter flags the payment for a human.
 func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Settlement, error) {
 	result := Pending
-	if s.now().Sub(p.CreatedAt) >= s.cfg.ReviewAfter && p.Status == StatusProcessing {
+	if p.age() >= s.cfg.ReviewAfter && p.Status == StatusProcessing {
 		// Flagged only while the claim still owns the key.
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/gateway/app/database/dbclock"
 )
 
 // Store keeps payments. Every read is scoped to a merchant. Writes address a
@@ -55,10 +57,13 @@ func (s *Store) Get(ctx context.Context, merchantID, id string) (Payment, error)
 	return p, interpret("get", err)
 }
 
-// GetByKey returns the payment made under an idempotency key.
+// GetByKey returns the payment made under an idempotency key, with its
+// age by the database's clock (AgeSeconds).
 func (s *Store) GetByKey(ctx context.Context, tx *gorm.DB, merchantID, key string) (Payment, error) {
 	var p Payment
-	err := s.exec(ctx, tx).Where("merchant_id = ? AND idempotency_key = ?", merchantID, key).Take(&p).Error
+	db := s.exec(ctx, tx)
+	err := db.Select("*, ? AS age_seconds", dbclock.SecondsSince(db, "created_at")).
+		Where("merchant_id = ? AND idempotency_key = ?", merchantID, key).Take(&p).Error
 	return p, interpret("get by key", err)
 }
 
@@ -73,44 +78,70 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 // new payment, and GORM's Create spends more CPU reflecting over Payment
 // and building the statement than pgx spends sending it. Every column of
 // the table is listed (TestInsertNewStoresEveryField reads them back).
+// created_at is the database's time, returned so the answer shows it.
 const insertPayment = `INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
   provider_reference, provider_transaction_id, failure_code, failure_message,
-  email, payment_method, description, metadata, attempts, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING`
+  email, payment_method, description, metadata, attempts, request_hash, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING
+RETURNING created_at`
 
 // InsertNew writes p unless the merchant's key already has a payment
-// (inserted is false then, and nothing was written).
+// (inserted is false then, and nothing was written). It sets p.CreatedAt
+// (and p.UpdatedAt) to the database's time.
 func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
-	res := s.exec(ctx, tx).Exec(insertPayment,
+	db := s.exec(ctx, tx)
+	rows, err := db.Raw(insertPayment,
 		p.ID, p.MerchantID, p.IdempotencyKey, p.Amount, p.Currency, p.Status, p.Provider,
 		p.ProviderReference, p.ProviderTransactionID, p.FailureCode, p.FailureMessage,
-		p.Email, p.PaymentMethod, p.Description, p.Metadata, p.Attempts, p.CreatedAt, p.UpdatedAt)
-	if res.Error != nil {
-		return false, interpret("insert", res.Error)
+		p.Email, p.PaymentMethod, p.Description, p.Metadata, p.Attempts, p.RequestHash,
+		dbclock.Now(db), dbclock.Now(db)).Rows()
+	if err != nil {
+		return false, interpret("insert", err)
 	}
-	return res.RowsAffected == 1, nil
+	defer rows.Close()
+	if !rows.Next() {
+		return false, interpret("insert", rows.Err())
+	}
+	var created any
+	if err := rows.Scan(&created); err != nil {
+		return false, interpret("insert", err)
+	}
+	at, err := dbclock.Parse(created)
+	if err != nil {
+		return false, interpret("insert", err)
+	}
+	p.CreatedAt, p.UpdatedAt = at, at
+	return true, interpret("insert", rows.Close())
 }
 
-// Reopen starts a new attempt on a payment whose key was claimed again: the
-// request's fields replace the old ones (nothing was charged for them) and
-// the status goes back to processing. The reference never changes.
-func (s *Store) Reopen(ctx context.Context, tx *gorm.DB, p *Payment) error {
+// Reopen starts a new attempt on a payment whose key was claimed again —
+// after a release (from) or a takeover — conditional on the payment still
+// being in the state the caller read (status from, and failure code when
+// failed), so it can never undo a settlement that landed meanwhile (a
+// recheck or webhook that found the charge). The request's fields replace
+// the old ones (nothing was charged for them; a request with other fields
+// is refused before this, by fingerprint) and the status goes back to
+// processing. The reference never changes. ErrConflict when the payment
+// moved on.
+func (s *Store) Reopen(ctx context.Context, tx *gorm.DB, p *Payment, from Status, fromCode string) error {
 	res := s.exec(ctx, tx).Model(&Payment{}).
-		Where("id = ?", p.ID).
+		Where("id = ? AND status = ? AND failure_code = ?", p.ID, from, fromCode).
 		Updates(map[string]any{
 			"amount": p.Amount, "currency": p.Currency, "email": p.Email,
 			"payment_method": p.PaymentMethod, "description": p.Description,
 			"metadata": p.Metadata, "provider": p.Provider, "status": p.Status,
 			"failure_code": "", "failure_message": "", "attempts": p.Attempts,
+			"request_hash": p.RequestHash, "recheck_at": nil,
 			"updated_at": p.UpdatedAt,
 		})
 	if res.Error != nil {
 		return interpret("reopen", res.Error)
 	}
 	if res.RowsAffected != 1 {
-		return ErrNotFound
+		return ErrConflict
 	}
+	p.RecheckAt = nil
 	return nil
 }
 
@@ -121,6 +152,9 @@ type finishParams struct {
 	FailureCode    string
 	FailureMessage string
 	At             time.Time
+	// RecheckAfter, when positive, schedules one more lookup that long
+	// after now (the database's clock): for a release as never charged.
+	RecheckAfter time.Duration
 }
 
 // applyTo is what Finish writes, on the caller's copy of the payment.
@@ -142,7 +176,11 @@ func (s *Store) Finish(ctx context.Context, tx *gorm.DB, id string, f finishPara
 	if f.TransactionID != "" {
 		values["provider_transaction_id"] = f.TransactionID
 	}
-	res := s.exec(ctx, tx).Model(&Payment{}).
+	db := s.exec(ctx, tx)
+	if f.RecheckAfter > 0 {
+		values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
+	}
+	res := db.Model(&Payment{}).
 		Where("id = ? AND status IN ?", id,
 			[]Status{StatusProcessing, StatusRequiresReview}).
 		Updates(values)
@@ -197,6 +235,71 @@ func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Pa
 	var out []Payment
 	err := q.Order("created_at DESC, id DESC").Limit(p.Limit + 1).Find(&out).Error
 	return out, interpret("list", err)
+}
+
+// reopenSettled moves a payment released as never charged (failed with a
+// retryable code) to the final state the provider reports after all, and
+// ends its recheck; ok is false, with nothing written, when the payment is
+// no longer in that state (a retry re-opened it, or another settler was
+// first).
+func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, f finishParams) (ok bool, err error) {
+	values := map[string]any{
+		"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage,
+		"recheck_at": nil, "updated_at": f.At,
+	}
+	if f.TransactionID != "" {
+		values["provider_transaction_id"] = f.TransactionID
+	}
+	res := s.exec(ctx, tx).Model(&Payment{}).
+		Where("id = ? AND status = ? AND failure_code IN ?", id, StatusFailed, retryableCodes).
+		Updates(values)
+	if res.Error != nil {
+		return false, interpret("reopen settled", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// DueRechecks takes up to limit payments whose recheck time has come, and
+// moves their recheck lease forward so no other sweeper takes them
+// meanwhile: selected FOR UPDATE SKIP LOCKED on PostgreSQL (disjoint sets
+// for concurrent sweepers) and pushed out by lease in the same transaction.
+// Across merchants: it is the sweeper's query.
+func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration) ([]Payment, error) {
+	var out []Payment
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		q := tx
+		if tx.Dialector.Name() == "postgres" {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+		}
+		if err := q.Where("recheck_at IS NOT NULL AND recheck_at < ?", dbclock.Now(tx)).
+			Order("recheck_at, id").Limit(limit).Find(&out).Error; err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		ids := make([]string, len(out))
+		for i := range out {
+			ids[i] = out[i].ID
+		}
+		return tx.Model(&Payment{}).Where("id IN ?", ids).
+			Update("recheck_at", dbclock.Plus(tx, lease)).Error
+	})
+	return out, interpret("due rechecks", err)
+}
+
+// RecheckLater sets when a payment released as never charged is looked up
+// again (the database's time + after), or ends its recheck (after <= 0):
+// the last lookup found nothing and the failure is final for good.
+func (s *Store) RecheckLater(ctx context.Context, id string, after time.Duration) error {
+	var at any
+	if after > 0 {
+		at = dbclock.Plus(s.db, after)
+	}
+	err := s.exec(ctx, nil).Model(&Payment{}).
+		Where("id = ? AND status = ? AND recheck_at IS NOT NULL", id, StatusFailed).
+		Update("recheck_at", at).Error
+	return interpret("recheck later", err)
 }
 
 // MarkReview flags a payment still processing for a human.

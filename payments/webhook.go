@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -56,10 +57,27 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	if p.Provider != provider {
 		return WebhookResult{Status: "ignored"}, nil
 	}
+	if p.retryable() {
+		// Released as never charged, and now the provider says something
+		// happened to the reference: a charge that landed late. Look it up
+		// (the event is only a hint) and re-open the payment if it is there.
+		st, err := s.recheck(ctx, p, false)
+		if err != nil {
+			s.cfg.Log.WarnContext(ctx, "webhook recheck failed", "payment_id", p.ID, "err", err)
+			return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+				"could not confirm the event with the provider; retry later").WithRetryAfter(30)
+		}
+		if st == Pending {
+			// Nothing final at the provider yet: the payment stays failed,
+			// and its scheduled recheck (if any) stays scheduled.
+			st = "final"
+		}
+		return WebhookResult{Status: string(st), PaymentID: p.ID}, nil
+	}
 	if final(p.Status) {
 		return WebhookResult{Status: "final", PaymentID: p.ID}, nil
 	}
-	claim, ok, err := s.keys.TakeOver(ctx, tenantID, p.IdempotencyKey, s.cfg.Lease)
+	claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: tenantID, Key: p.IdempotencyKey, Lease: s.cfg.Lease})
 	if err != nil {
 		return WebhookResult{}, err
 	}

@@ -31,7 +31,7 @@ func TestAppSchedulerSweepsOnDemand(t *testing.T) {
 	require.Equal(t, scheduler.Counts{}, c, "not stale yet")
 
 	db := g.App.DB()
-	require.NoError(t, db.Exec("UPDATE idempotency_keys SET created_at = ? WHERE merchant_id = ? AND key = ?",
+	require.NoError(t, db.Exec("UPDATE idempotency_keys SET attempted_at = ? WHERE merchant_id = ? AND key = ?",
 		time.Now().UTC().Add(-time.Hour), m.ID, "lost-answer").Error)
 	c, err = sw.RunOnce(context.Background())
 	require.NoError(t, err)

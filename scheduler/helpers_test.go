@@ -125,6 +125,7 @@ func seed(t *testing.T, db *gorm.DB, rows []stuck) {
 		rec := idempotency.Record{
 			MerchantID: r.merchant, Key: r.key, RequestHash: "h", Status: idempotency.StatusInProgress,
 			LockedUntil: now.Add(r.leaseLeft), LockToken: fmt.Sprintf("dead-%d", i), CreatedAt: created,
+			AttemptedAt: &created,
 		}
 		if r.status == idempotency.StatusDone {
 			done := now.Add(-r.completedAgo)

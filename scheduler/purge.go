@@ -17,13 +17,14 @@ func NewPurger(cfg Config) *Purger {
 	return &Purger{cfg: cfg}
 }
 
-// RunOnce deletes the done keys completed more than KeyTTL ago, PurgeBatch
-// rows per statement, until none are left or ctx ends. A key in progress is
-// never deleted (its outcome is not known yet), and payments are never
-// touched: the ledger is kept forever.
+// RunOnce deletes the done keys completed more than KeyTTL ago (by the
+// database's clock), PurgeBatch rows per statement, until none are left or
+// ctx ends. A key in progress is never deleted (its outcome is not known
+// yet), and payments are never touched: the ledger is kept forever, with
+// each request's fingerprint, so a purged key is still answered right.
 func (p *Purger) RunOnce(ctx context.Context) (c Counts, err error) {
-	start := p.cfg.Now().UTC()
+	start := time.Now()
 	defer func() { report(ctx, &p.cfg, JobPurge, c, time.Since(start), err) }()
-	c.Deleted, err = p.cfg.Keys.PurgeDone(ctx, start.Add(-p.cfg.KeyTTL), p.cfg.PurgeBatch)
+	c.Deleted, err = p.cfg.Keys.PurgeDone(ctx, p.cfg.KeyTTL, p.cfg.PurgeBatch)
 	return c, err
 }

@@ -21,11 +21,14 @@ const (
 	JobPurge = "purge"
 )
 
-// Settler finishes the payment of a key the caller has taken over.
-// *payments.Service implements it; see payments.Service.Settle for the
-// settlements and errors it returns.
+// Settler finishes the payment of a key the caller has taken over, and
+// rechecks payments released as never charged. *payments.Service
+// implements it; see payments.Service.Settle and Recheck for the
+// settlements and errors they return.
 type Settler interface {
 	Settle(ctx context.Context, claim idempotency.Claim) (payments.Settlement, error)
+	DueRechecks(ctx context.Context, limit int) ([]payments.Payment, error)
+	Recheck(ctx context.Context, p payments.Payment) (payments.Settlement, error)
 }
 
 // Counts is what one run of a job did.
@@ -42,7 +45,10 @@ type Counts struct {
 	Skipped  int // the payment was already final; key completed from the ledger
 	Lost     int // another instance took the key over first
 	Errors   int // keys whose take-over or settlement returned an error
-	Deleted  int64
+	// Rechecks of payments released as never charged:
+	Reopened  int // the provider had the charge after all: payment re-opened to its outcome
+	Confirmed int // still nothing at the provider: the failure is final
+	Deleted   int64
 }
 
 // Config is what the scheduler needs. Zero durations and sizes take the
@@ -63,8 +69,6 @@ type Config struct {
 	// it took and the error it ended with (context.Canceled at shutdown),
 	// for metrics. It must not block.
 	ObserveRun func(job string, d time.Duration, err error)
-	// Now is the clock; it must agree with Keys' clock. nil: time.Now.
-	Now func() time.Time
 
 	SweepInterval time.Duration // SWEEP_INTERVAL (2m)
 	StaleAfter    time.Duration // SWEEP_STALE_AFTER (5m)
@@ -85,9 +89,6 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 2 * time.Minute
@@ -253,7 +254,8 @@ func report(ctx context.Context, cfg *Config, job string, c Counts, d time.Durat
 		attrs = append(attrs, "deleted", c.Deleted)
 	default:
 		attrs = append(attrs, "resolved", c.Resolved, "released", c.Released, "pending", c.Pending,
-			"review", c.Review, "skipped", c.Skipped, "lost", c.Lost, "errors", c.Errors)
+			"review", c.Review, "skipped", c.Skipped, "lost", c.Lost, "errors", c.Errors,
+			"reopened", c.Reopened, "confirmed", c.Confirmed)
 	}
 	if err != nil {
 		attrs = append(attrs, "err", err)

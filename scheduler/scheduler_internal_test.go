@@ -19,6 +19,14 @@ func (noSettler) Settle(context.Context, idempotency.Claim) (payments.Settlement
 	panic("no settle expected")
 }
 
+func (noSettler) DueRechecks(context.Context, int) ([]payments.Payment, error) {
+	panic("no recheck expected")
+}
+
+func (noSettler) Recheck(context.Context, payments.Payment) (payments.Settlement, error) {
+	panic("no recheck expected")
+}
+
 // TestNoRunAfterStop: once Stop has begun, a tick that gocron already
 // dispatched does not start the job body, and Start does nothing.
 func TestNoRunAfterStop(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 )
@@ -31,30 +32,33 @@ func NewSweeper(cfg Config) *Sweeper {
 
 type keyID struct{ merchant, key string }
 
-// RunOnce sweeps until a batch of candidates comes back short, or ctx ends.
+// RunOnce sweeps until a batch of candidates comes back short, or ctx ends,
+// then rechecks the payments whose recheck is due.
 //
-// Candidates are in-progress keys created before now - StaleAfter whose
-// lease lapsed before the run began: a key the run leaves pending gets its
-// lease ended now, so it is not picked again until the next run, and a batch
-// of pending keys cannot starve the ones behind it. The error is ctx's when
-// the run was cut short, or the database's when candidates could not be
-// selected; per-key errors are logged and counted, not returned.
+// Candidates are in-progress keys whose last attempt is StaleAfter old and
+// whose lease lapsed before the run began, both by the database's clock: a
+// key the run leaves pending gets its lease ended now, so it is not picked
+// again until the next run, and a batch of pending keys cannot starve the
+// ones behind it. The error is ctx's when the run was cut short, or the
+// database's when candidates could not be selected; per-key errors are
+// logged and counted, not returned.
 func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	start := s.cfg.Now().UTC()
+	start := time.Now()
 	defer func() { report(ctx, &s.cfg, JobSweep, c, time.Since(start), err) }()
 
-	// Stale compares leases with its store's clock: freeze it at the start
-	// of the run.
-	stale := s.cfg.Keys.WithClock(func() time.Time { return start })
-	params := idempotency.StaleParams{OlderThan: start.Add(-s.cfg.StaleAfter), Limit: s.cfg.SweepBatch}
+	began, err := dbclock.Read(s.cfg.DB.WithContext(ctx))
+	if err != nil {
+		return c, err
+	}
+	params := idempotency.StaleParams{StaleAfter: s.cfg.StaleAfter, LapsedBefore: began, Limit: s.cfg.SweepBatch}
 	seen := make(map[keyID]struct{})
 	for {
 		if err := ctx.Err(); err != nil {
 			return c, err
 		}
-		batch, err := s.candidates(ctx, stale, params)
+		batch, err := s.candidates(ctx, params)
 		if err != nil {
 			return c, err
 		}
@@ -72,7 +76,48 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 			s.work(ctx, rec, &c)
 		}
 		if len(batch) < s.cfg.SweepBatch || fresh == 0 {
-			return c, nil
+			break
+		}
+	}
+	return c, s.recheck(ctx, &c)
+}
+
+// recheck looks up, once more, the payments released as never charged
+// whose RECHECK_AFTER has passed, a batch at a time until a batch comes
+// back short. Each payment is taken by one sweeper (DueRechecks leases it).
+func (s *Sweeper) recheck(ctx context.Context, c *Counts) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		due, err := s.cfg.Settler.DueRechecks(ctx, s.cfg.SweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, p := range due {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			res, err := s.cfg.Settler.Recheck(ctx, p)
+			switch res {
+			case payments.Reopened:
+				c.Reopened++
+			case payments.Confirmed:
+				c.Confirmed++
+			case payments.Pending:
+				c.Pending++
+			case payments.Skipped:
+				c.Skipped++
+			}
+			if err != nil {
+				c.Errors++
+				if ctx.Err() == nil {
+					s.cfg.Log.WarnContext(ctx, "sweep: recheck", "merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
+				}
+			}
+		}
+		if len(due) < s.cfg.SweepBatch {
+			return nil
 		}
 	}
 }
@@ -81,11 +126,11 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 // rows are locked FOR UPDATE SKIP LOCKED while it is open, so concurrent
 // sweepers select disjoint batches; the locks go with the commit, before
 // any provider call. Ownership is then decided per key by TakeOver.
-func (s *Sweeper) candidates(ctx context.Context, stale *idempotency.Store, p idempotency.StaleParams) ([]idempotency.Record, error) {
+func (s *Sweeper) candidates(ctx context.Context, p idempotency.StaleParams) ([]idempotency.Record, error) {
 	var recs []idempotency.Record
 	err := s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		recs, err = stale.Stale(ctx, tx, p)
+		recs, err = s.cfg.Keys.Stale(ctx, tx, p)
 		return err
 	})
 	return recs, err
@@ -94,7 +139,7 @@ func (s *Sweeper) candidates(ctx context.Context, stale *idempotency.Store, p id
 // work owns one candidate and settles it.
 func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
 	log := s.cfg.Log.With("merchant_id", rec.MerchantID, "idempotency_key", rec.Key)
-	claim, ok, err := s.cfg.Keys.TakeOver(ctx, rec.MerchantID, rec.Key, s.cfg.Lease)
+	claim, ok, err := s.cfg.Keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: rec.MerchantID, Key: rec.Key, Lease: s.cfg.Lease})
 	if err != nil {
 		c.Errors++
 		if ctx.Err() == nil {

@@ -130,6 +130,36 @@ func randomHex(n int) string {
 }
 
 func newTenantID() string { return "ten_" + randomHex(12) }
+
+// wellFormedID reports whether id is prefix and 24 lowercase hex digits,
+// the only ids the gateway makes. Stores check it before a query: an id
+// from a path, a form or a token that is anything else (NUL bytes, invalid
+// UTF-8, a megabyte) names nothing, and must not reach the database.
+func wellFormedID(prefix, id string) bool {
+	if len(id) != len(prefix)+24 || id[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// wellFormedName reports whether a provider name could be one: 1 to 32
+// lowercase letters, digits and '_'.
+func wellFormedName(name string) bool {
+	if len(name) == 0 || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
 func newClientID() string { return "cli_" + randomHex(12) }
 func newJTI() string      { return randomHex(16) }
 

@@ -61,6 +61,9 @@ func insertTenant(db *gorm.DB, r *tenantRow) error { return db.Create(r).Error }
 // PostgreSQL (SQLite transactions already hold the one write lock).
 func getTenant(db *gorm.DB, id string, forUpdate bool) (tenantRow, error) {
 	var r tenantRow
+	if !wellFormedID("ten_", id) {
+		return r, ErrNotFound
+	}
 	q := db
 	if forUpdate && db.Dialector.Name() == "postgres" {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
@@ -116,6 +119,9 @@ func accountNames(db *gorm.DB, tenantIDs ...string) (map[string][]string, error)
 
 func getAccount(db *gorm.DB, tenantID, provider string) (accountRow, error) {
 	var r accountRow
+	if !wellFormedID("ten_", tenantID) || !wellFormedName(provider) {
+		return r, errAccountNotFound
+	}
 	err := db.Where("tenant_id = ? AND provider = ?", tenantID, provider).Take(&r).Error
 	return r, notFound(err, errAccountNotFound)
 }
@@ -136,6 +142,9 @@ func insertCredential(db *gorm.DB, r *credentialRow) error { return db.Create(r)
 
 func getCredential(db *gorm.DB, clientID string) (credentialRow, error) {
 	var r credentialRow
+	if !wellFormedID("cli_", clientID) {
+		return r, errCredentialNotFound
+	}
 	err := db.Where("client_id = ?", clientID).Take(&r).Error
 	return r, notFound(err, errCredentialNotFound)
 }

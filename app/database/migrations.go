@@ -111,6 +111,23 @@ DROP INDEX idempotency_keys_sweep_idx;
 DROP INDEX idempotency_keys_purge_idx;
 CREATE INDEX idempotency_keys_open_idx ON idempotency_keys (created_at) WHERE completed_at IS NULL;
 CREATE INDEX idempotency_keys_completed_idx ON idempotency_keys (completed_at);`},
+	// The promise at its edges (issue 14). attempted_at: the last time a
+	// request sent the charge (the claim, or a retry that took the key
+	// over); the sweeper trusts a provider's "not found" only long after
+	// it, never after the key's creation. looked_up_at: the last lookup a
+	// polling GET made, so polls ask the provider at most every few
+	// seconds. On payments, request_hash keeps the request's fingerprint
+	// after its key's stored answer is purged, and recheck_at is when a
+	// payment released as never charged is looked up once more.
+	{6, "attempts_fingerprints_rechecks", `
+ALTER TABLE idempotency_keys ADD COLUMN attempted_at {{ts}};
+ALTER TABLE idempotency_keys ADD COLUMN looked_up_at {{ts}};
+UPDATE idempotency_keys SET attempted_at = created_at;
+DROP INDEX idempotency_keys_open_idx;
+CREATE INDEX idempotency_keys_open_idx ON idempotency_keys (attempted_at) WHERE completed_at IS NULL;
+ALTER TABLE payments ADD COLUMN request_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE payments ADD COLUMN recheck_at {{ts}};
+CREATE INDEX payments_recheck_idx ON payments (recheck_at) WHERE recheck_at IS NOT NULL;`},
 }
 
 func render(d Dialect, sql string) string {

@@ -279,6 +279,8 @@ func jobOutcomes(job string, c scheduler.Counts) []outcomeCount {
 		{"skipped", float64(c.Skipped)},
 		{"lost", float64(c.Lost)},
 		{"errors", float64(c.Errors)},
+		{"reopened", float64(c.Reopened)},
+		{"confirmed", float64(c.Confirmed)},
 	}
 }
 

@@ -53,6 +53,15 @@ func Plus(db *gorm.DB, d time.Duration) clause.Expr {
 // Minus is the database's current time less d: "d ago".
 func Minus(db *gorm.DB, d time.Duration) clause.Expr { return Plus(db, -d) }
 
+// Shift is the time in column (a trusted identifier, never input) moved by
+// d, in the same stored form; NULL stays NULL.
+func Shift(db *gorm.DB, column string, d time.Duration) clause.Expr {
+	if isPostgres(db) {
+		return clause.Expr{SQL: column + " + CAST(? AS interval)", Vars: []any{interval(d)}}
+	}
+	return clause.Expr{SQL: `(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', ` + column + `, ?), '0'), '.') || '+00:00')`, Vars: []any{interval(d)}}
+}
+
 // SecondsSince is the number of seconds (a float) from the time in column
 // (a trusted identifier, never input) to the database's current time.
 func SecondsSince(db *gorm.DB, column string) clause.Expr {

@@ -9,11 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/database/dbclock"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is not set.
@@ -109,4 +112,22 @@ func open(t testing.TB, dsn string, maxOpen int) *gorm.DB {
 	}
 	t.Cleanup(func() { _ = database.Close(db) })
 	return db
+}
+
+// Age makes time pass for the rows of table: every named time column of
+// every row moves d into the past, so a test sees leases lapse and keys go
+// stale by the database's own clock (which the gateway compares against)
+// without waiting. The test's schema or file is its own, so every row is
+// the test's.
+func Age(t testing.TB, db *gorm.DB, d time.Duration, table string, columns ...string) {
+	t.Helper()
+	set := make([]string, 0, len(columns))
+	vars := make([]any, 0, len(columns))
+	for _, c := range columns {
+		set = append(set, c+" = ?")
+		vars = append(vars, dbclock.Shift(db, c, -d))
+	}
+	if err := db.Exec("UPDATE "+table+" SET "+strings.Join(set, ", "), vars...).Error; err != nil {
+		t.Fatalf("dbtest: age %s: %v", table, err)
+	}
 }
