@@ -135,8 +135,8 @@ type Schedule struct {
 	// after the provider said it had none.
 	RecheckAfter  time.Duration // RECHECK_AFTER
 	PurgeSchedule string        // PURGE_SCHEDULE, a 5-field cron line in UTC
-	PurgeBatch      int           // PURGE_BATCH
-	KeyTTL          time.Duration // KEY_TTL
+	PurgeBatch    int           // PURGE_BATCH
+	KeyTTL        time.Duration // KEY_TTL
 }
 
 // Log selects the log output.

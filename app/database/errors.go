@@ -22,7 +22,7 @@ func Unavailable(err error) bool {
 	if errors.As(err, &pg) {
 		switch {
 		case strings.HasPrefix(pg.Code, "08"), // connection exception
-			strings.HasPrefix(pg.Code, "53"),                             // insufficient resources
+			strings.HasPrefix(pg.Code, "53"),                           // insufficient resources
 			pg.Code == "57P01", pg.Code == "57P02", pg.Code == "57P03", // shutting down, starting up
 			pg.Code == "57014", // statement cancelled (our deadline)
 			pg.Code == "55P03": // lock_not_available: a row held too long
