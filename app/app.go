@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/metrics"
 	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/config"
@@ -59,6 +60,9 @@ type App struct {
 	// RateLimiter limits /v1 merchant routes per merchant; nil when
 	// RATE_LIMIT_PER_SECOND=0. Tests make time pass with SetClock.
 	RateLimiter *ratelimit.Limiter
+	// Clock is this instance's clock kept in step with the database's
+	// (tokens, updated_at); Serve re-measures it every clockSync.
+	Clock *dbclock.Clock
 
 	// metricsLn and metricsSrv serve /metrics on METRICS_ADDR, when set.
 	metricsLn  net.Listener
@@ -90,8 +94,18 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
+// clockSync is how often an instance re-measures its clock against the
+// database's.
+const clockSync = 30 * time.Second
+
 func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
-	a := &App{cfg: cfg, log: log, db: db}
+	a := &App{cfg: cfg, log: log, db: db, Clock: dbclock.NewClock(cfg.Now)}
+	if off, err := a.Clock.Sync(context.Background(), db); err != nil {
+		log.Warn("could not read the database's clock; stamping with this instance's", "err", err)
+	} else if off > 2*time.Second || off < -2*time.Second {
+		log.Warn("this instance's clock differs from the database's; tokens and timestamps follow the database's",
+			"offset", off.Round(time.Millisecond))
+	}
 
 	a.Sim = simulator.New(db, simulator.Config{Latency: cfg.Provider.SimulatorLatency})
 	reg := providers.NewRegistry()
@@ -125,7 +139,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		TokenTTL:       cfg.Auth.TokenTTL,
 		StatusCacheTTL: time.Second,
 		Logger:         log,
-		Now:            cfg.Now,
+		Now:            a.Clock.Now,
 	})
 	if err != nil {
 		return nil, err
@@ -136,7 +150,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Lease:        cfg.Payments.Lease,
 		StaleAfter:   cfg.Schedule.SweepStaleAfter,
 		RecheckAfter: cfg.Schedule.RecheckAfter,
-		Now:          cfg.Now,
+		Now:          a.Clock.Now,
 		Log:          log,
 	}
 	if a.Metrics != nil {
@@ -290,6 +304,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		}()
 	}
 	a.Scheduler.Start()
+	clockCtx, stopClock := context.WithCancel(ctx)
+	defer stopClock()
+	go a.Clock.Run(clockCtx, a.db, clockSync)
 	select {
 	case err := <-errc:
 		_ = a.Close()

@@ -1,17 +1,16 @@
 package payments
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/mail"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -58,14 +57,14 @@ type input struct {
 // parseCreate decodes and validates a request body. Every problem is a 400
 // invalid_request naming the fields; nothing has been charged.
 func parseCreate(body []byte) (input, *problem.Problem) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var req CreateRequest
-	if err := dec.Decode(&req); err != nil {
-		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: decodeReason(err)})
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a single JSON object"})
+	if err := reqjson.Decode(body, &req); err != nil {
+		var e *reqjson.Error
+		reason := "is not a valid payment request"
+		if errors.As(err, &e) {
+			reason = e.Reason
+		}
+		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: reason})
 	}
 	var errs []problem.FieldError
 	bad := func(field, reason string) { errs = append(errs, problem.FieldError{Field: field, Reason: reason}) }
@@ -134,25 +133,4 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-// decodeReason explains a JSON error without echoing the input back.
-func decodeReason(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return "is empty; send a JSON object"
-	case errors.As(err, &syn):
-		return fmt.Sprintf("is not valid JSON (at byte %d)", syn.Offset)
-	case errors.As(err, &typ):
-		if typ.Field != "" {
-			return fmt.Sprintf("field %s must be %s", typ.Field, typ.Type)
-		}
-		return "must be a JSON object"
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return strings.TrimPrefix(err.Error(), "json: ")
-	default:
-		return "is not a valid payment request"
-	}
 }

@@ -12,6 +12,9 @@
 //	sim_unavailable  the provider is down and never charges (ErrNotCharged)
 //	sim_pending      accepted as pending; it settles as approved after
 //	                 SettleAfter, which Lookup (the sweeper) then reports
+//	sim_late         accepted, the answer lost, and the charge lands only
+//	                 LandAfter later: until then Lookup says not found, as
+//	                 a provider with a queued charge does; then approved
 //
 // Any other token is declined as invalid_payment_method. The simulator is the
 // one provider that touches the database: it stands in for the provider's own
@@ -42,6 +45,7 @@ const (
 	TokenTimeout      = "sim_timeout"
 	TokenUnavailable  = "sim_unavailable"
 	TokenPending      = "sim_pending"
+	TokenLate         = "sim_late"
 )
 
 // Config tunes the simulator.
@@ -50,6 +54,8 @@ type Config struct {
 	Latency time.Duration
 	// SettleAfter is how long a sim_pending charge stays pending.
 	SettleAfter time.Duration
+	// LandAfter is how long a sim_late charge stays invisible.
+	LandAfter time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -82,6 +88,9 @@ func New(db *gorm.DB, cfg Config) *Simulator {
 	}
 	if cfg.SettleAfter == 0 {
 		cfg.SettleAfter = 10 * time.Second
+	}
+	if cfg.LandAfter == 0 {
+		cfg.LandAfter = 10 * time.Minute
 	}
 	return &Simulator{db: db, cfg: cfg}
 }
@@ -134,6 +143,10 @@ func (s *Simulator) Charge(ctx context.Context, req providers.ChargeRequest) (pr
 		c.Status = "pending"
 		at := now.Add(s.cfg.SettleAfter)
 		c.SettleAt = &at
+	case TokenLate:
+		c.Status = "late"
+		at := now.Add(s.cfg.LandAfter)
+		c.SettleAt = &at
 	default:
 		c.Status = "invalid_payment_method"
 	}
@@ -149,7 +162,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 	if res.RowsAffected == 0 {
 		return s.Lookup(ctx, req.Reference)
 	}
-	if req.PaymentMethod == TokenTimeout {
+	if req.PaymentMethod == TokenTimeout || req.PaymentMethod == TokenLate {
 		return providers.Result{}, fmt.Errorf("simulator: %w: response lost after charging", providers.ErrUnknown)
 	}
 	return s.result(c), nil
@@ -162,7 +175,7 @@ func (s *Simulator) Lookup(ctx context.Context, reference string) (providers.Res
 	}
 	var c charge
 	err := s.db.WithContext(ctx).Where("reference = ?", reference).Take(&c).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
+	if errors.Is(err, gorm.ErrRecordNotFound) || (err == nil && c.Status == "late" && s.cfg.Now().Before(*c.SettleAt)) {
 		return providers.Result{Outcome: providers.OutcomeNotFound}, nil
 	}
 	if err != nil {
@@ -174,7 +187,7 @@ func (s *Simulator) Lookup(ctx context.Context, reference string) (providers.Res
 func (s *Simulator) result(c charge) providers.Result {
 	r := providers.Result{TransactionID: c.TransactionID}
 	switch c.Status {
-	case "succeeded":
+	case "succeeded", "late": // a late charge, once it has landed
 		r.Outcome = providers.OutcomeSucceeded
 	case "pending":
 		r.Outcome = providers.OutcomePending

@@ -19,8 +19,10 @@
 package dbclock
 
 import (
+	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -121,4 +123,59 @@ func parseText(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("dbclock: %q is not a time", s)
+}
+
+// Clock is an instance's clock kept in step with the database's: the
+// local clock plus the offset last measured to the database. No lease or
+// age is compared with it (those are tested inside statements); it stamps
+// what an instance writes for people and for other instances — tokens'
+// iat and exp, updated_at — so that instances whose own clocks disagree
+// still stamp alike, and a token minted by one is valid on another.
+type Clock struct {
+	local  func() time.Time
+	offset atomic.Int64 // nanoseconds to add to local
+}
+
+// NewClock returns a clock over local (time.Now when nil) with no offset
+// until Sync.
+func NewClock(local func() time.Time) *Clock {
+	if local == nil {
+		local = time.Now
+	}
+	return &Clock{local: local}
+}
+
+// Now is the local time corrected by the last measured offset.
+func (c *Clock) Now() time.Time { return c.local().Add(time.Duration(c.offset.Load())) }
+
+// Offset is the last measured difference database − local clock.
+func (c *Clock) Offset() time.Duration { return time.Duration(c.offset.Load()) }
+
+// Sync measures the offset once: the database's time against the middle
+// of the round trip that read it.
+func (c *Clock) Sync(ctx context.Context, db *gorm.DB) (time.Duration, error) {
+	before := c.local()
+	at, err := Read(db.WithContext(ctx))
+	after := c.local()
+	if err != nil {
+		return c.Offset(), err
+	}
+	off := at.Sub(before.Add(after.Sub(before) / 2))
+	c.offset.Store(int64(off))
+	return off, nil
+}
+
+// Run re-measures the offset every interval until ctx ends, so a local
+// clock that steps or drifts is followed. Failures keep the last offset.
+func (c *Clock) Run(ctx context.Context, db *gorm.DB, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = c.Sync(ctx, db)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package dbclock_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -81,4 +82,18 @@ func tsType(db *gorm.DB) string {
 		return "TIMESTAMPTZ"
 	}
 	return "DATETIME"
+}
+
+// A clock whose local time is a minute off is brought in step with the
+// database's by Sync.
+func TestClockFollowsTheDatabase(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		c := dbclock.NewClock(func() time.Time { return time.Now().Add(-time.Minute) })
+		require.WithinDuration(t, time.Now().Add(-time.Minute), c.Now(), time.Second, "no offset before Sync")
+		off, err := c.Sync(context.Background(), db)
+		require.NoError(t, err)
+		require.InDelta(t, time.Minute.Seconds(), off.Seconds(), 1)
+		require.WithinDuration(t, time.Now(), c.Now(), time.Second)
+	})
 }

@@ -211,6 +211,9 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("tx_ref")
 	s.mu.Lock()
 	t, ok := s.txs[ref]
+	if ok && fake.Hidden(&s.Faults, ref) {
+		ok = false // landing late: no record of it yet
+	}
 	var answer []byte
 	if ok {
 		answer, _ = json.Marshal(map[string]any{"status": "success", "message": "Transaction fetched successfully", "data": t})

@@ -23,6 +23,8 @@ type Faults struct {
 	mu      sync.Mutex
 	drop    int // answers to lose after storing
 	hang    int // answers to hold until the client gives up
+	late    int // charges to keep out of sight after losing their answer
+	hidden  map[string]bool
 	fail    []int
 	counts  map[string]int
 	total   int
@@ -35,6 +37,7 @@ func Start(t testing.TB, f *Faults, h http.Handler) string {
 	f.mu.Lock()
 	f.closing = make(chan struct{})
 	f.counts = map[string]int{}
+	f.hidden = map[string]bool{}
 	f.mu.Unlock()
 	f.srv = httptest.NewServer(h)
 	t.Cleanup(f.Close)
@@ -61,6 +64,27 @@ func (f *Faults) DropNextResponse() { f.mu.Lock(); f.drop++; f.mu.Unlock() }
 // until the client gives up (its timeout or context), the way a slow
 // provider looks to the gateway.
 func (f *Faults) HangNextResponse() { f.mu.Lock(); f.hang++; f.mu.Unlock() }
+
+// LandLateNext makes the next charge land late: it is stored and its
+// connection cut (as DropNextResponse), and lookups of its reference answer
+// "not found" until Land is called — the way a provider that queued the
+// charge answers while it is still on its way.
+func (f *Faults) LandLateNext() { f.mu.Lock(); f.late++; f.mu.Unlock() }
+
+// Land makes a charge held back by LandLateNext visible to lookups.
+func (f *Faults) Land(reference string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.hidden, reference)
+}
+
+// Hidden reports whether lookups must not see the charge for reference
+// yet (LandLateNext). The fake's lookup handler answers "not found" then.
+func Hidden(f *Faults, reference string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hidden[reference]
+}
 
 // FailNext makes the next request (any endpoint) answer with status (e.g.
 // 500, 502, 503) before doing anything: nothing is stored.
@@ -105,8 +129,8 @@ const (
 )
 
 // Charged counts a charge the fake has just stored for reference and takes
-// its answer's fate: a pending DropNextResponse first, then a pending
-// HangNextResponse. The fake calls it while still holding its own lock, so
+// its answer's fate: a pending LandLateNext first (a Drop that also hides
+// the charge), then DropNextResponse, then HangNextResponse. The fake calls it while still holding its own lock, so
 // the charge and its count appear together.
 func Charged(f *Faults, reference string) Fate {
 	f.mu.Lock()
@@ -114,6 +138,10 @@ func Charged(f *Faults, reference string) Fate {
 	f.counts[reference]++
 	f.total++
 	switch {
+	case f.late > 0:
+		f.late--
+		f.hidden[reference] = true
+		return Drop
 	case f.drop > 0:
 		f.drop--
 		return Drop

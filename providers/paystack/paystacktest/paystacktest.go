@@ -56,7 +56,7 @@ var Spec []byte
 
 // Server is a running fake. Its methods are safe for concurrent use. The
 // embedded Faults gives it Close, DropNextResponse, HangNextResponse,
-// FailNext and TotalCharges.
+// LandLateNext and Land, FailNext and TotalCharges.
 type Server struct {
 	// URL is the base URL to give paystack.Config.BaseURL.
 	URL string
@@ -135,6 +135,14 @@ func (s *Server) key(reference string) string {
 		return reference
 	}
 	return paystack.WireReference(reference)
+}
+
+// Land makes a charge held back by LandLateNext visible to verify.
+func (s *Server) Land(reference string) {
+	s.mu.Lock()
+	key := s.key(reference)
+	s.mu.Unlock()
+	s.Faults.Land(key)
 }
 
 // Settle finishes a pending charge with OutcomeSucceeded or OutcomeFailed.
@@ -304,6 +312,9 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	t, ok := s.txs[ref]
+	if ok && fake.Hidden(&s.Faults, ref) {
+		ok = false // landing late: Paystack has no record of it yet
+	}
 	var answer []byte
 	if ok {
 		answer, _ = json.Marshal(map[string]any{"status": true, "message": "Verification successful", "data": t})

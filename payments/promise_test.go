@@ -1,0 +1,387 @@
+package payments_test
+
+// Regression tests of issue 14, "the promise at its edges": each test here
+// failed on the main branch before its fix.
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
+	"github.com/oncepay/gateway/scheduler"
+)
+
+// age makes time pass, by the database's clock, for every key of the
+// gateway's database.
+func ageKeys(t *testing.T, g *apptest.Gateway, d time.Duration) {
+	t.Helper()
+	dbtest.Age(t, g.App.DB(), d, "idempotency_keys", "locked_until", "created_at", "attempted_at", "looked_up_at", "completed_at")
+}
+
+func sweep(t *testing.T, g *apptest.Gateway) scheduler.Counts {
+	t.Helper()
+	c, err := g.App.Scheduler.Sweeper().RunOnce(context.Background())
+	require.NoError(t, err)
+	return c
+}
+
+func ledgerByKey(t *testing.T, g *apptest.Gateway, merchantID, key string) payments.Payment {
+	t.Helper()
+	p, err := g.App.Payments.Store().GetByKey(context.Background(), nil, merchantID, key)
+	require.NoError(t, err)
+	return p
+}
+
+// Bug 1: a charge that lands after the provider said "not found". The
+// sweeper releases the key as not_processed — provisionally — and the
+// recheck RECHECK_AFTER later finds the charge: the payment ends
+// succeeded, and the app's retry replays the success. On both stores.
+func TestLateChargeIsReopenedByTheRecheck(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t, opts...)
+			m := g.Onboard(nil)
+			first := g.Pay(m, "late-1", body("sim_late"))
+			require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+			id := first.JSON(t)["id"].(string)
+
+			// Nobody retries; once the attempt is stale the sweeper looks,
+			// the provider has no record yet, and the key is released.
+			ageKeys(t, g, time.Hour)
+			require.Equal(t, 1, sweep(t, g).Released)
+			p := ledgerByKey(t, g, m.ID, "late-1")
+			require.Equal(t, payments.StatusFailed, p.Status)
+			require.Equal(t, payments.FailureNotProcessed, p.FailureCode)
+			require.NotNil(t, p.RecheckAt, "a not_processed release is looked at again")
+			// What the merchant sees meanwhile: failed, not_processed.
+			got := g.Get(m, "/v1/payments/"+id).JSON(t)
+			require.Equal(t, "failed", got["status"])
+			require.Equal(t, "not_processed", got["failure_code"])
+
+			// The charge lands at the provider. Before RECHECK_AFTER the
+			// sweeper leaves the payment alone.
+			dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at")
+			require.Zero(t, sweep(t, g).Reopened)
+
+			// RECHECK_AFTER later: found, re-opened, and the key replays it.
+			dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+			c := sweep(t, g)
+			require.Equal(t, 1, c.Reopened, "%+v", c)
+			p = ledgerByKey(t, g, m.ID, "late-1")
+			require.Equal(t, payments.StatusSucceeded, p.Status)
+			require.Empty(t, p.FailureCode)
+			require.Nil(t, p.RecheckAt)
+			require.Equal(t, "succeeded", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
+			retry := g.Pay(m, "late-1", body("sim_late"))
+			require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+			require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, id, retry.JSON(t)["id"])
+			require.Equal(t, 1, charges(t, g, m.ID, "late-1"))
+			require.Equal(t, scheduler.Counts{}, sweep(t, g), "nothing left to do")
+		})
+	}
+}
+
+// Bug 1, the recheck's other end: still nothing at the provider after
+// RECHECK_AFTER, and the failure becomes final for good.
+func TestRecheckThatFindsNothingIsFinal(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "never", body("sim_late")).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	// The simulator's charge never lands (its 10 minutes do not pass).
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+	require.Equal(t, 1, sweep(t, g).Confirmed)
+	p := ledgerByKey(t, g, m.ID, "never")
+	require.Equal(t, payments.FailureNotProcessed, p.FailureCode)
+	require.Nil(t, p.RecheckAt, "looked at once more, and that is all")
+}
+
+// Bug 1, the webhook's end: the provider's signed event for a charge that
+// landed after the release re-opens the payment at once, instead of being
+// answered "final".
+func TestLateChargeIsReopenedByTheWebhook(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	m := g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	b := body(paystacktest.TokenSuccess)
+	ps.LandLateNext()
+	first := g.Pay(m, "late-hook", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	require.Equal(t, payments.FailureNotProcessed, ledgerByKey(t, g, m.ID, "late-hook").FailureCode)
+
+	ref := providers.Reference(m.ID, "late-hook")
+	ps.Land(ref)
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	r := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.Equal(t, "reopened", r.JSON(t)["status"])
+	require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "late-hook").Status)
+
+	again := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, "final", again.JSON(t)["status"], "a duplicate event is harmless")
+	retry := g.Pay(m, "late-hook", b)
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, ps.Charges(ref))
+}
+
+// Bug 1, staleness: a retry of an old key re-sends the charge, so the
+// sweeper must wait SWEEP_STALE_AFTER after that attempt, not after the
+// key's creation, before it trusts a "not found".
+func TestStalenessCountsFromTheLastAttempt(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "old", body("sim_late")).StatusCode)
+	ageKeys(t, g, time.Hour) // the key is an hour old
+	retry := g.Pay(m, "old", body("sim_late"))
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, "the retry took the key over and charged again: %s", retry.Body)
+	require.Equal(t, scheduler.Counts{}, sweep(t, g), "the last attempt is seconds old: not stale")
+	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "old").Status)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	require.Equal(t, 1, charges(t, g, m.ID, "old"))
+}
+
+// Bug 3: instances whose clocks disagree by a minute agree on who owns a
+// key, because leases are the database's times.
+func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
+	t.Parallel()
+	a := apptest.Start(t, apptest.Env("SIMULATOR_LATENCY", "1500ms"))
+	m := a.Onboard(nil)
+	ahead := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "60s"))
+	behind := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "-60s"))
+
+	// A slow charge on a: the instance a minute ahead must not take over
+	// the key a is still working on.
+	var wg sync.WaitGroup
+	var first apptest.Response
+	wg.Go(func() { first = a.Pay(m, "slow", body("sim_success")) })
+	waitForPayment(t, a, m.ID, "slow")
+	r := ahead.Pay(m, "slow", body("sim_success"))
+	require.Equal(t, http.StatusConflict, r.StatusCode, "a live lease, whatever this instance's clock says: %s", r.Body)
+	wg.Wait()
+	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+	require.Equal(t, 1, charges(t, a, m.ID, "slow"))
+
+	// A 202 from the instance a minute behind ends its lease now: a retry
+	// elsewhere takes the key over at once instead of a minute of 409s.
+	lost := behind.Pay(m, "lost", body("sim_timeout"))
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	retry := ahead.Pay(m, "lost", body("sim_timeout"))
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, 1, charges(t, a, m.ID, "lost"))
+
+	// And the other way round.
+	lost2 := ahead.Pay(m, "lost-2", body("sim_timeout"))
+	require.Equal(t, http.StatusAccepted, lost2.StatusCode, string(lost2.Body))
+	retry2 := behind.Pay(m, "lost-2", body("sim_timeout"))
+	require.Equal(t, http.StatusCreated, retry2.StatusCode, string(retry2.Body))
+
+	// Staleness too: the sweeper of the instance a minute ahead does not
+	// find a just-answered key stale.
+	require.Equal(t, http.StatusAccepted, behind.Pay(m, "sweep-me", body("sim_pending")).StatusCode)
+	require.Equal(t, scheduler.Counts{}, sweep(t, ahead))
+}
+
+// waitForPayment waits until the payment of key is in the ledger (its
+// charge is then under way).
+func waitForPayment(t *testing.T, g *apptest.Gateway, merchantID, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := g.App.Payments.Store().GetByKey(context.Background(), nil, merchantID, key); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no payment for %s", key)
+}
+
+// Bug 4: after KEY_TTL purges the stored answer, the ledger still knows
+// the request: the same request is answered from it, marked replayed, and
+// another request under the key is 422 — and does not steal the key.
+func TestPurgedKeyKeepsItsRequest(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t, opts...)
+			m := g.Onboard(nil)
+			first := g.Pay(m, "ttl", body("sim_success"))
+			require.Equal(t, http.StatusCreated, first.StatusCode)
+			ageKeys(t, g, 73*time.Hour)
+			c, err := g.App.Scheduler.Purger().RunOnce(context.Background())
+			require.NoError(t, err)
+			require.EqualValues(t, 1, c.Deleted)
+
+			other := body("sim_success")
+			other["amount"] = 9999
+			for range 2 {
+				r := g.Pay(m, "ttl", other)
+				require.Equal(t, http.StatusUnprocessableEntity, r.StatusCode, string(r.Body))
+				require.Equal(t, "idempotency_key_mismatch", r.Code(t))
+			}
+			same := g.Pay(m, "ttl", body("sim_success"))
+			requireReplay(t, first, same)
+			requireReplay(t, first, g.Pay(m, "ttl", body("sim_success")))
+			require.Equal(t, 1, charges(t, g, m.ID, "ttl"))
+		})
+	}
+}
+
+// Bug 6: once a charge may exist the answer is 202 processing, whatever
+// the database does; before any charge a database outage is 503 with
+// Retry-After. Never a 500.
+func TestStalledDatabaseAnswers(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("SIMULATOR_LATENCY", "1s"))
+	m := g.Onboard(nil)
+	db := g.App.DB()
+
+	t.Run("AfterTheCharge", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var r apptest.Response
+		wg.Go(func() { r = g.Pay(m, "stall-after", body("sim_success")) })
+		waitForPayment(t, g, m.ID, "stall-after")
+		// The charge is on its way; the ledger stalls (locked past the
+		// gateway's lock_timeout) until the answer is out.
+		tx := db.Begin()
+		require.NoError(t, tx.Exec("LOCK TABLE payments IN ACCESS EXCLUSIVE MODE").Error)
+		wg.Wait()
+		require.NoError(t, tx.Commit().Error)
+		require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
+		require.Equal(t, "processing", r.JSON(t)["status"])
+		require.NotEmpty(t, r.Header.Get("Location"))
+		require.Equal(t, 1, charges(t, g, m.ID, "stall-after"))
+		// The key stayed in progress: the retry settles it, charging once.
+		ageKeys(t, g, time.Minute)
+		again := g.Pay(m, "stall-after", body("sim_success"))
+		require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
+		require.Equal(t, 1, charges(t, g, m.ID, "stall-after"))
+	})
+
+	t.Run("BeforeAnyCharge", func(t *testing.T) {
+		tx := db.Begin()
+		require.NoError(t, tx.Exec("LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE").Error)
+		r := g.Pay(m, "stall-before", body("sim_success"))
+		require.NoError(t, tx.Commit().Error)
+		require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+		require.Equal(t, "unavailable", r.Code(t))
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
+		require.Equal(t, 0, charges(t, g, m.ID, "stall-before"))
+		ok := g.Pay(m, "stall-before", body("sim_success"))
+		require.Equal(t, http.StatusCreated, ok.StatusCode, string(ok.Body))
+	})
+	require.NotContains(t, g.Logs.String(), `"msg":"unhandled error"`)
+}
+
+// Bugs 7 and 8: names are strict (no duplicate, no case-folded twin of a
+// schema name), and the fingerprint is the request's meaning: spacing and
+// member order are the same request, any changed value another one.
+func TestBodiesAreReadStrictlyAndFingerprintedByMeaning(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t, opts...)
+			m := g.Onboard(nil)
+			for _, b := range []string{
+				`{"amount":1,"AMOUNT":70000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success"}`,
+				`{"amount":1,"amount":70000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success"}`,
+				`{"Amount":70000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success"}`,
+				`{"amount":5000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success","metadata":{"a":"1","a":"2"}}`,
+			} {
+				r := g.Pay(m, "strict", []byte(b))
+				require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s: %s", b, r.Body)
+				require.Equal(t, "invalid_request", r.Code(t))
+			}
+			require.Equal(t, 0, charges(t, g, m.ID, "strict"), "nothing charged, the key released")
+
+			compact := `{"amount":5000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success","metadata":{"a":"1","b":"2"}}`
+			first := g.Pay(m, "meaning", []byte(compact))
+			require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+			for _, same := range []string{
+				"{\n  \"payment_method\": \"sim_success\",\n  \"email\": \"ada@example.com\",\n  \"currency\": \"NGN\",\n  \"amount\": 5000,\n  \"metadata\": {\"b\": \"2\", \"a\": \"1\"}\n}",
+				`{"metadata":{"a":"\u0031","b":"2"},"amount":5e3,"currency":"\u004eGN","email":"ada@example.com","payment_method":"sim_success"}`,
+			} {
+				requireReplay(t, first, g.Pay(m, "meaning", []byte(same)))
+			}
+			for _, other := range []string{
+				`{"amount":5001,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success","metadata":{"a":"1","b":"2"}}`,
+				`{"amount":5000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success","metadata":{"a":"1","b":"2","c":"3"}}`,
+				`{"amount":5000,"currency":"NGN","email":"ada@example.com","payment_method":"sim_success"}`,
+			} {
+				r := g.Pay(m, "meaning", []byte(other))
+				require.Equal(t, http.StatusUnprocessableEntity, r.StatusCode, "%s: %s", other, r.Body)
+			}
+			require.Equal(t, 1, charges(t, g, m.ID, "meaning"))
+		})
+	}
+}
+
+// Bug 9: polling Location settles a processing payment nobody works on,
+// by lookup, without waiting for the sweeper — and at most once every few
+// seconds per payment.
+func TestPollingSettlesByLookup(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	lost := g.Pay(m, "poll-lost", body("sim_timeout"))
+	require.Equal(t, http.StatusAccepted, lost.StatusCode)
+	got := g.Get(m, lost.Header.Get("Location"))
+	require.Equal(t, http.StatusOK, got.StatusCode)
+	require.Equal(t, "succeeded", got.JSON(t)["status"], "the GET looked it up")
+	require.Equal(t, 1, charges(t, g, m.ID, "poll-lost"))
+	retry := g.Pay(m, "poll-lost", body("sim_timeout"))
+	require.Equal(t, http.StatusCreated, retry.StatusCode)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"), "the poll completed the key")
+
+	before := lookups(t, g)
+	pending := g.Pay(m, "poll-pending", body("sim_pending"))
+	require.Equal(t, http.StatusAccepted, pending.StatusCode)
+	for range 5 {
+		require.Equal(t, "processing", g.Get(m, pending.Header.Get("Location")).JSON(t)["status"])
+	}
+	require.Equal(t, before+1, lookups(t, g), "five polls, one lookup")
+}
+
+var lookupLine = regexp.MustCompile(`^oncepay_provider_request_duration_seconds_count\{class="ok",op="lookup",provider="simulator"\} (\d+)$`)
+
+// lookups is how many lookups the gateway made at the simulator.
+func lookups(t *testing.T, g *apptest.Gateway) int {
+	t.Helper()
+	resp, err := g.Client.Get(g.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if m := lookupLine.FindStringSubmatch(sc.Text()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+	}
+	return 0
+}
