@@ -12,16 +12,17 @@ import (
 
 // fiberCodes gives Fiber's own errors (routing, body limits) stable codes.
 var fiberCodes = map[int]string{
-	fiber.StatusBadRequest:            "invalid_request",
-	fiber.StatusUnauthorized:          "unauthorized",
-	fiber.StatusForbidden:             "forbidden",
-	fiber.StatusNotFound:              "not_found",
-	fiber.StatusMethodNotAllowed:      "method_not_allowed",
-	fiber.StatusRequestEntityTooLarge: "body_too_large",
-	fiber.StatusUnsupportedMediaType:  "unsupported_media_type",
-	fiber.StatusTooManyRequests:       "rate_limited",
-	fiber.StatusRequestTimeout:        "request_timeout",
-	fiber.StatusServiceUnavailable:    "unavailable",
+	fiber.StatusBadRequest:                  "invalid_request",
+	fiber.StatusUnauthorized:                "unauthorized",
+	fiber.StatusForbidden:                   "forbidden",
+	fiber.StatusNotFound:                    "not_found",
+	fiber.StatusMethodNotAllowed:            "method_not_allowed",
+	fiber.StatusRequestEntityTooLarge:       "body_too_large",
+	fiber.StatusRequestHeaderFieldsTooLarge: "headers_too_large",
+	fiber.StatusUnsupportedMediaType:        "unsupported_media_type",
+	fiber.StatusTooManyRequests:             "rate_limited",
+	fiber.StatusRequestTimeout:              "request_timeout",
+	fiber.StatusServiceUnavailable:          "unavailable",
 }
 
 // errorHandler is the one place an error becomes a response: a *Problem is

@@ -20,6 +20,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -570,6 +571,13 @@ func decodeJSON(body []byte, dst any) *problem.Problem {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a JSON object"})
+	}
+	// Strict names first (no duplicate or case-folded members), so that
+	// nothing reads another value than the one applied; unknown names,
+	// NULs and syntax keep the field-level answers below.
+	var e *reqjson.Error
+	if err := reqjson.Check(trimmed, dst); errors.As(err, &e) && (e.Kind == reqjson.Duplicate || e.Kind == reqjson.CaseFolded) {
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: e.Reason})
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()

@@ -31,7 +31,22 @@ import (
 
 // Error is a body that Decode refused; Reason is safe to show the client
 // (it never echoes more of the input than a member name, quoted).
-type Error struct{ Reason string }
+type Error struct {
+	Kind   Kind
+	Reason string
+}
+
+// Kind sorts refusals, for callers that report some of them their own way.
+type Kind int
+
+// The kinds of refusal.
+const (
+	Malformed  Kind = iota // not one JSON object, not UTF-8, too deep, a wrong type
+	Duplicate              // a member name twice in one object
+	CaseFolded             // a name that differs from the schema's only in case
+	Unknown                // a name the schema does not have
+	NUL                    // a string holding U+0000
+)
 
 func (e *Error) Error() string { return "reqjson: " + e.Reason }
 
@@ -52,15 +67,35 @@ func Canonical(data []byte) ([]byte, error) {
 // pointer to a struct) with the strict rules of the package. Every refusal
 // is an *Error.
 func Decode(data []byte, v any) error {
+	if err := Check(data, v); err != nil {
+		return err
+	}
+	strict := json.NewDecoder(bytes.NewReader(data))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
+		return &Error{Malformed, typeReason(err)}
+	}
+	return nil
+}
+
+// Check applies the rules of Decode to data for the type v points to,
+// without decoding: for callers that decode themselves (with their own
+// messages for type errors) and only need the strictness.
+func Check(data []byte, v any) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		panic("reqjson: Decode needs a non-nil pointer")
+		panic("reqjson: a non-nil pointer is needed")
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return &Error{"is empty; send a JSON object"}
+		return &Error{Malformed, "is empty; send a JSON object"}
 	}
 	if !utf8.Valid(data) {
-		return &Error{"is not valid UTF-8"}
+		return &Error{Malformed, "is not valid UTF-8"}
+	}
+	if !pairedSurrogates(data) {
+		// encoding/json would read a lone \ud800 as U+FFFD: another
+		// string than the one sent.
+		return &Error{Malformed, "has a \\u escape of an unpaired UTF-16 surrogate"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -70,20 +105,76 @@ func Decode(data []byte, v any) error {
 		return err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return &Error{"must be a JSON object"}
+		return &Error{Malformed, "must be a JSON object"}
 	}
 	if err := w.object(rv.Type().Elem(), 1); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &Error{"must be a single JSON object"}
-	}
-	strict := json.NewDecoder(bytes.NewReader(data))
-	strict.DisallowUnknownFields()
-	if err := strict.Decode(v); err != nil {
-		return &Error{typeReason(err)}
+		return &Error{Malformed, "must be a single JSON object"}
 	}
 	return nil
+}
+
+// pairedSurrogates reports whether every \u escape of a UTF-16 surrogate
+// in data's strings is a high surrogate followed by an escaped low one.
+// Malformed JSON passes; the decoder refuses it with a better message.
+func pairedSurrogates(data []byte) bool {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 < len(data) && data[i+1] == 'u' {
+				r, ok := hex4(data, i+2)
+				switch {
+				case !ok:
+					return true
+				case r >= 0xDC00 && r <= 0xDFFF:
+					return false
+				case r >= 0xD800 && r <= 0xDBFF:
+					lo, ok := hex4(data, i+8)
+					if !ok || data[i+6] != '\\' || data[i+7] != 'u' || lo < 0xDC00 || lo > 0xDFFF {
+						return false
+					}
+					i += 11
+					continue
+				}
+				i += 5
+				continue
+			}
+			i++ // the escaped character
+		}
+	}
+	return true
+}
+
+// hex4 reads four hex digits at data[i:].
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[i : i+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // walker checks the token stream against the target type before
@@ -95,12 +186,12 @@ func (w walker) token() (json.Token, error) {
 	if err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			return nil, &Error{fmt.Sprintf("is not valid JSON (at byte %d)", syn.Offset)}
+			return nil, &Error{Malformed, fmt.Sprintf("is not valid JSON (at byte %d)", syn.Offset)}
 		}
-		return nil, &Error{"is not valid JSON"}
+		return nil, &Error{Malformed, "is not valid JSON"}
 	}
 	if s, ok := tok.(string); ok && strings.IndexByte(s, 0) >= 0 {
-		return nil, &Error{"must not contain NUL characters (\\u0000)"}
+		return nil, &Error{NUL, "must not contain NUL characters (\\u0000)"}
 	}
 	return tok, nil
 }
@@ -113,7 +204,7 @@ func (w walker) value(tok json.Token, t reflect.Type, depth int) error {
 		return nil
 	}
 	if depth > maxDepth {
-		return &Error{"is nested too deeply"}
+		return &Error{Malformed, "is nested too deeply"}
 	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -163,7 +254,7 @@ func (w walker) object(t reflect.Type, depth int) error {
 		}
 		name, _ := tok.(string)
 		if _, dup := seen[name]; dup {
-			return &Error{fmt.Sprintf("has the member %s twice", quote(name))}
+			return &Error{Duplicate, fmt.Sprintf("has the member %s twice", quote(name))}
 		}
 		seen[name] = struct{}{}
 		ft := elem
@@ -172,10 +263,10 @@ func (w walker) object(t reflect.Type, depth int) error {
 			if ft, ok = fields[name]; !ok {
 				for known := range fields {
 					if strings.EqualFold(known, name) {
-						return &Error{fmt.Sprintf("has the member %s, which must be written %s", quote(name), quote(known))}
+						return &Error{CaseFolded, fmt.Sprintf("has the member %s, which must be written %s", quote(name), quote(known))}
 					}
 				}
-				return &Error{fmt.Sprintf("has the unknown member %s", quote(name))}
+				return &Error{Unknown, fmt.Sprintf("has the unknown member %s", quote(name))}
 			}
 		}
 		tok, err = w.token()

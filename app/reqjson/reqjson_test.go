@@ -48,6 +48,11 @@ func TestDecode(t *testing.T) {
 		{"Blank", " \n\t", "empty"},
 		{"Syntax", `{"amount":}`, "not valid JSON"},
 		{"WrongType", `{"currency":5}`, "field currency must be string"},
+		{"LoneHighSurrogate", `{"currency":"\ud800"}`, "unpaired"},
+		{"LoneLowSurrogate", `{"currency":"\udc00x"}`, "unpaired"},
+		{"HighThenNotLow", `{"currency":"\ud800\u0041"}`, "unpaired"},
+		{"PairedSurrogates", `{"currency":"\ud83d\ude00"}`, ""},
+		{"EscapedBackslashThenU", `{"currency":"\\ud800"}`, ""},
 		{"Deep", `{"amount":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, "nested too deeply"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
