@@ -83,7 +83,9 @@ func TestHostileInput(t *testing.T) {
 		status  int
 		code    string
 	}
-	key := func(k string) []string { return []string{"Authorization", bearer, "Idempotency-Key", k, "Content-Type", "application/json"} }
+	key := func(k string) []string {
+		return []string{"Authorization", bearer, "Idempotency-Key", k, "Content-Type", "application/json"}
+	}
 	rows := []row{
 		// Bodies.
 		{name: "NULInDescription", method: "POST", path: "/v1/payments", body: pay(`,"description":"a\u0000b"`), headers: key("h1"), status: 400, code: "invalid_request"},
