@@ -739,8 +739,14 @@ const docTemplate = `{
                             "$ref": "#/definitions/problem.Problem"
                         }
                     },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/problem.Problem"
+                        }
+                    },
                     "422": {
-                        "description": "idempotency_key_mismatch: the key was used with another method, route or body",
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
                         "schema": {
                             "$ref": "#/definitions/problem.Problem"
                         }
@@ -764,7 +770,7 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "provider_unavailable: nothing was charged, the key was released; retry with the same key after Retry-After",
+                        "description": "provider_unavailable: nothing was charged, the key was released; unavailable: the database could not be reached before any charge. Retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/problem.Problem"
                         },
@@ -785,7 +791,7 @@ const docTemplate = `{
                         "BearerAuth": []
                     }
                 ],
-                "description": "One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.",
+                "description": "One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.\nPolling a ` + "`" + `processing` + "`" + ` payment that nobody is working on (its key's lease has lapsed) asks the provider\n(a lookup, never a charge; at most once every few seconds per payment) and answers the settled state,\nso the ` + "`" + `Location` + "`" + ` of a 202 reaches a final state without waiting for the sweeper.",
                 "produces": [
                     "application/json",
                     "application/problem+json"

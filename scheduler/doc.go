@@ -19,10 +19,12 @@
 //
 // # The sweep
 //
-// Every SWEEP_INTERVAL a run takes the keys that are in_progress, created
-// more than SWEEP_STALE_AFTER ago, and whose lease lapsed, in batches of
-// SWEEP_BATCH, until a batch comes back short or the context ends. For each
-// key, one at a time:
+// Every SWEEP_INTERVAL a run takes the keys that are in_progress, whose
+// last attempt (the claim, or a retry's takeover that re-sent the charge —
+// never the key's creation) is more than SWEEP_STALE_AFTER old, and whose
+// lease lapsed, in batches of SWEEP_BATCH, until a batch comes back short
+// or the context ends; then it rechecks (below). Every time involved is
+// compared in SQL with the database's clock. For each key, one at a time:
 //
 //	step                 statement                                 on loss
 //	select candidates    Stale: SELECT … FOR UPDATE SKIP LOCKED,   (rows locked by
@@ -38,8 +40,9 @@
 //	succeeded / failed   succeeded / failed           done, with the answer the    Resolved
 //	                                                  handler would have sent
 //	                                                  (same tx as the payment)
-//	not_found            failed, not_processed        released (no row): the app's Released
-//	                                                  retry charges afresh
+//	not_found            failed, not_processed,       released (no row): the app's Released
+//	                     recheck_at = now +           retry charges again, same
+//	                     RECHECK_AFTER                reference
 //	pending / error      processing                   in_progress, lease ended     Pending
 //	… past REVIEW_AFTER  requires_review              in_progress, lease ended     Review
 //	(already final)      unchanged                    done, from the ledger        Skipped
@@ -66,7 +69,7 @@
 // so even a winner that stalled past its lease cannot finish a key twice.
 //
 // A run considers only keys whose lease lapsed before the run began (the
-// store's clock is frozen at the start for the selection). A key the run
+// database's time, read at the start, bounds the selection). A key the run
 // leaves pending has its lease ended "now", which is after the start, so it
 // is not selected again in the same run, and a batch of pending keys cannot
 // hide the keys behind it.
@@ -79,6 +82,28 @@
 // between the two, the key stays in_progress under a payment failed as
 // never charged, and the next run's Settle releases it instead of
 // completing it as a decline.
+//
+// # The recheck
+//
+// A "not found" long after the last attempt is still only the provider's
+// view at one moment: a charge it had queued can land later. So after the
+// keys, a run takes the payments whose recheck_at has passed (DueRechecks:
+// SELECT … FOR UPDATE SKIP LOCKED, and recheck_at pushed out by a lease in
+// the same transaction, so one sweeper owns each) and looks each up once
+// more:
+//
+//	Lookup says          payment                          key                     counted
+//	succeeded / failed   re-opened to it, recheck ended   re-created done with    Reopened
+//	                     (only if still failed as never   the answer, unless a
+//	                     charged: a retry may be first)   retry holds it
+//	not_found            unchanged, recheck ended:        (no row)                Confirmed
+//	                     the failure is final for good
+//	pending / error      unchanged, recheck in            (no row)                Pending
+//	                     SWEEP_STALE_AFTER
+//
+// A provider's signed webhook about a released payment runs the same
+// lookup at once (payments.HandleWebhook), without ending the recheck when
+// it finds nothing.
 //
 // # SQLite
 //
@@ -93,9 +118,11 @@
 // On PURGE_SCHEDULE (a 5-field cron line, UTC; nightly at 03:00 by default)
 // the purge deletes done keys completed more than KEY_TTL ago, PURGE_BATCH
 // rows per statement, until a statement deletes fewer. It never deletes a
-// key in progress and never a payment: payments are the ledger. A retry of a
-// purged key is a fresh claim that finds the payment final and answers it
-// again without charging.
+// key in progress and never a payment: payments are the ledger. The
+// payment keeps the request's fingerprint, so a retry of a purged key with
+// the same request is a fresh claim that finds the payment final and
+// answers it again (marked replayed) without charging, and another request
+// under the key is a mismatch.
 //
 // # Observing
 //
