@@ -32,9 +32,12 @@ import (
 // postgres is the database's current time on PostgreSQL.
 const postgres = "statement_timestamp()"
 
-// sqliteNow is SQLite's current time, or shifted by the modifier bound to
-// its one placeholder ('+1.5 seconds'), in the Go driver's text form.
-const sqliteNow = `(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', 'now', ?), '0'), '.') || '+00:00')`
+// sqliteTime is the SQLite time of the time value at (a column, or 'now')
+// shifted by the modifier bound to its one placeholder ('+1.5 seconds'),
+// in the Go driver's text form.
+func sqliteTime(at string) string {
+	return `(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', ` + at + `, ?), '0'), '.') || '+00:00')`
+}
 
 func isPostgres(db *gorm.DB) bool { return db.Dialector.Name() == "postgres" }
 
@@ -49,7 +52,7 @@ func Plus(db *gorm.DB, d time.Duration) clause.Expr {
 		}
 		return clause.Expr{SQL: postgres + " + CAST(? AS interval)", Vars: []any{interval(d)}}
 	}
-	return clause.Expr{SQL: sqliteNow, Vars: []any{interval(d)}}
+	return clause.Expr{SQL: sqliteTime("'now'"), Vars: []any{interval(d)}}
 }
 
 // Minus is the database's current time less d: "d ago".
@@ -61,7 +64,7 @@ func Shift(db *gorm.DB, column string, d time.Duration) clause.Expr {
 	if isPostgres(db) {
 		return clause.Expr{SQL: column + " + CAST(? AS interval)", Vars: []any{interval(d)}}
 	}
-	return clause.Expr{SQL: `(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', ` + column + `, ?), '0'), '.') || '+00:00')`, Vars: []any{interval(d)}}
+	return clause.Expr{SQL: sqliteTime(column), Vars: []any{interval(d)}}
 }
 
 // SecondsSince is the number of seconds (a float) from the time in column
