@@ -404,7 +404,7 @@ const docTemplate = `{
                         "ClientBasic": []
                     }
                 ],
-                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer); fetch a new one before expires_in runs out or on a 401. Safe to retry: each call simply issues a new token.",
+                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic ` + "`" + `client_id:client_secret` + "`" + ` (client_secret_basic, the ClientBasic scheme), or ` + "`" + `client_id` + "`" + ` and ` + "`" + `client_secret` + "`" + ` in this form (client_secret_post); both at once is 400 ` + "`" + `invalid_request` + "`" + `. Send ` + "`" + `grant_type=client_credentials` + "`" + `. The token is a short-lived JWT for the merchant API (` + "`" + `Authorization: Bearer` + "`" + ` followed by the token); fetch a new one before ` + "`" + `expires_in` + "`" + ` runs out or on a 401. Safe to retry: each call simply issues a new token.",
                 "consumes": [
                     "application/x-www-form-urlencoded"
                 ],
@@ -416,14 +416,8 @@ const docTemplate = `{
                     "auth"
                 ],
                 "summary": "Get an access token",
+                "operationId": "issueToken",
                 "parameters": [
-                    {
-                        "type": "string",
-                        "description": "Basic base64(client_id:client_secret)",
-                        "name": "Authorization",
-                        "in": "header",
-                        "required": true
-                    },
                     {
                         "enum": [
                             "client_credentials"
@@ -433,6 +427,18 @@ const docTemplate = `{
                         "name": "grant_type",
                         "in": "formData",
                         "required": true
+                    },
+                    {
+                        "type": "string",
+                        "description": "client_secret_post: the client id (leave out with HTTP Basic)",
+                        "name": "client_id",
+                        "in": "formData"
+                    },
+                    {
+                        "type": "string",
+                        "description": "client_secret_post: the client secret (leave out with HTTP Basic)",
+                        "name": "client_secret",
+                        "in": "formData"
                     }
                 ],
                 "responses": {
@@ -466,7 +472,8 @@ const docTemplate = `{
                             "$ref": "#/definitions/problem.Problem"
                         }
                     }
-                }
+                },
+                "x-security-optional": true
             }
         },
         "/v1/me": {

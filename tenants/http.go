@@ -346,19 +346,22 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 // issueToken is the OAuth 2.0 client-credentials grant.
 //
 //	@Summary		Get an access token
-//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer); fetch a new one before expires_in runs out or on a 401. Safe to retry: each call simply issues a new token.
+//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+//	@ID				issueToken
 //	@Tags			auth
 //	@Accept			x-www-form-urlencoded
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			Authorization	header		string	true	"Basic base64(client_id:client_secret)"
 //	@Param			grant_type		formData	string	true	"Grant type"	Enums(client_credentials)
+//	@Param			client_id		formData	string	false	"client_secret_post: the client id (leave out with HTTP Basic)"
+//	@Param			client_secret	formData	string	false	"client_secret_post: the client secret (leave out with HTTP Basic)"
 //	@Success		200				{object}	TokenResponse
 //	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
 //	@Failure		401				{object}	problem.Problem	"invalid_client"
 //	@Failure		403				{object}	problem.Problem	"tenant_suspended"
 //	@Failure		500				{object}	problem.Problem	"internal"
 //	@Security		ClientBasic
+//	@x-security-optional	true
 //	@Router			/v1/auth/token [post]
 func (h *Handler) issueToken(c *fiber.Ctx) error {
 	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
@@ -374,10 +377,24 @@ func (h *Handler) issueToken(c *fiber.Ctx) error {
 		return problem.New(fiber.StatusBadRequest, "invalid_request", "grant_type must be sent once")
 	case string(grants[0]) != "client_credentials":
 		return problem.New(fiber.StatusBadRequest, "unsupported_grant_type", "only grant_type=client_credentials is supported")
-	case args.Has("client_secret") || args.Has("client_id"):
-		return problem.New(fiber.StatusBadRequest, "invalid_request", "send the client credentials with HTTP Basic authentication, not in the body")
 	}
-	id, secret, ok := parseBasicAuth(c.Get(fiber.HeaderAuthorization))
+	formID, formSecret, inForm, p := formCredentials(args.PeekMulti)
+	if p != nil {
+		return p
+	}
+	header := c.Get(fiber.HeaderAuthorization)
+	var id, secret string
+	var ok bool
+	switch {
+	case inForm && header != "":
+		// RFC 6749 §2.3.1: a client MUST NOT use more than one method.
+		return problem.New(fiber.StatusBadRequest, "invalid_request",
+			"authenticate the client one way: HTTP Basic or client_id and client_secret in the body, not both")
+	case inForm:
+		id, secret, ok = formID, formSecret, formID != "" && formSecret != ""
+	default:
+		id, secret, ok = parseBasicAuth(header)
+	}
 	if !ok {
 		return invalidClient(c)
 	}
@@ -390,6 +407,27 @@ func (h *Handler) issueToken(c *fiber.Ctx) error {
 	}
 	noStore(c)
 	return c.JSON(TokenResponse{AccessToken: tok.AccessToken, TokenType: tok.TokenType, ExpiresIn: int(tok.ExpiresIn / time.Second)})
+}
+
+// formCredentials reads client_secret_post credentials from the form.
+// An empty field counts as absent (forms, Swagger UI's among them, send
+// empty fields); inForm is true when either field has a value. Each field
+// may come once and is bounded like the Basic header.
+func formCredentials(peek func(key string) [][]byte) (id, secret string, inForm bool, p *problem.Problem) {
+	var vals [2]string
+	for i, name := range [2]string{"client_id", "client_secret"} {
+		vs := peek(name)
+		if len(vs) > 1 {
+			return "", "", false, problem.New(fiber.StatusBadRequest, "invalid_request", name+" must be sent once")
+		}
+		if len(vs) == 1 {
+			if len(vs[0]) > maxBasicLen {
+				return "", "", false, problem.New(fiber.StatusBadRequest, "invalid_request", name+" is too long")
+			}
+			vals[i] = string(vs[0])
+		}
+	}
+	return vals[0], vals[1], vals[0] != "" || vals[1] != "", nil
 }
 
 func invalidClient(c *fiber.Ctx) error {
