@@ -33,6 +33,7 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "List tenants",
+                "operationId": "listTenants",
                 "parameters": [
                     {
                         "maximum": 100,
@@ -54,25 +55,25 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantListResponse"
+                            "$ref": "#/definitions/TenantPage"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -95,6 +96,7 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Onboard a tenant",
+                "operationId": "createTenant",
                 "parameters": [
                     {
                         "description": "The tenant",
@@ -102,7 +104,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/tenants.CreateTenantRequest"
+                            "$ref": "#/definitions/CreateTenantRequest"
                         }
                     }
                 ],
@@ -110,7 +112,7 @@ const docTemplate = `{
                     "201": {
                         "description": "Created",
                         "schema": {
-                            "$ref": "#/definitions/tenants.CreatedTenantResponse"
+                            "$ref": "#/definitions/CreatedTenant"
                         },
                         "headers": {
                             "Location": {
@@ -122,25 +124,25 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -162,10 +164,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Get a tenant",
+                "operationId": "getTenant",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -176,25 +179,25 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -217,10 +220,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Update a tenant",
+                "operationId": "updateTenant",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -232,7 +236,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/tenants.UpdateTenantRequest"
+                            "$ref": "#/definitions/UpdateTenantRequest"
                         }
                     }
                 ],
@@ -240,37 +244,37 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -292,10 +296,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Rotate client credentials",
+                "operationId": "rotateCredentials",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -306,25 +311,25 @@ const docTemplate = `{
                     "201": {
                         "description": "Created",
                         "schema": {
-                            "$ref": "#/definitions/tenants.CredentialsResponse"
+                            "$ref": "#/definitions/Credentials"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -340,11 +345,12 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Liveness",
+                "operationId": "getLiveness",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/app.HealthStatus"
+                            "$ref": "#/definitions/HealthStatus"
                         }
                     }
                 }
@@ -360,6 +366,7 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Prometheus metrics",
+                "operationId": "getMetrics",
                 "responses": {
                     "200": {
                         "description": "Prometheus text exposition format",
@@ -381,17 +388,18 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Readiness",
+                "operationId": "getReadiness",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/app.HealthStatus"
+                            "$ref": "#/definitions/HealthStatus"
                         }
                     },
                     "503": {
-                        "description": "database unreachable (code unavailable)",
+                        "description": "unavailable: the database does not answer",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -445,31 +453,31 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TokenResponse"
+                            "$ref": "#/definitions/Token"
                         }
                     },
                     "400": {
                         "description": "invalid_request, unsupported_grant_type",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_client",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 },
@@ -492,29 +500,30 @@ const docTemplate = `{
                     "merchant"
                 ],
                 "summary": "The authenticated tenant",
+                "operationId": "getMe",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -526,7 +535,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -548,6 +557,7 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "List payments",
+                "operationId": "listPayments",
                 "parameters": [
                     {
                         "enum": [
@@ -581,31 +591,31 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.Page"
+                            "$ref": "#/definitions/PaymentPage"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -617,7 +627,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -640,12 +650,13 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "Create a payment",
+                "operationId": "createPayment",
                 "parameters": [
                     {
                         "maxLength": 255,
                         "minLength": 1,
                         "type": "string",
-                        "example": "8e03978e-40d5-43e8-bc93-6894a57f9324",
+                        "x-example": "8e03978e-40d5-43e8-bc93-6894a57f9324",
                         "description": "One key per logical payment (e.g. a UUID), 1 to 255 printable ASCII characters",
                         "name": "Idempotency-Key",
                         "in": "header",
@@ -657,7 +668,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/payments.CreateRequest"
+                            "$ref": "#/definitions/CreatePaymentRequest"
                         }
                     }
                 ],
@@ -665,7 +676,7 @@ const docTemplate = `{
                     "201": {
                         "description": "succeeded (final; replayed on retries)",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         },
                         "headers": {
                             "Idempotent-Replayed": {
@@ -681,7 +692,7 @@ const docTemplate = `{
                     "202": {
                         "description": "processing: the outcome is not known yet; retry with the same key or poll Location",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         },
                         "headers": {
                             "Location": {
@@ -697,19 +708,19 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request (with errors[]; key released), idempotency_key_missing, idempotency_key_invalid",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "402": {
                         "description": "card_declined: the provider declined (final; replayed on retries)",
                         "schema": {
-                            "$ref": "#/definitions/payments.DeclinedProblem"
+                            "$ref": "#/definitions/DeclinedProblem"
                         },
                         "headers": {
                             "Idempotent-Replayed": {
@@ -725,13 +736,13 @@ const docTemplate = `{
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "409": {
                         "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -743,19 +754,19 @@ const docTemplate = `{
                     "413": {
                         "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "422": {
                         "description": "idempotency_key_mismatch: the key was used with another method, route or body",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -767,13 +778,13 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "503": {
                         "description": "provider_unavailable: nothing was charged, the key was released; retry with the same key after Retry-After",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/ProviderUnavailableProblem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -801,10 +812,11 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "Get a payment",
+                "operationId": "getPayment",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
                         "description": "Payment id",
                         "name": "id",
                         "in": "path",
@@ -815,31 +827,31 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "payment_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -851,7 +863,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -871,6 +883,7 @@ const docTemplate = `{
                     "webhooks"
                 ],
                 "summary": "Receive a provider webhook",
+                "operationId": "receiveWebhook",
                 "parameters": [
                     {
                         "type": "string",
@@ -891,43 +904,43 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.WebhookResult"
+                            "$ref": "#/definitions/WebhookResult"
                         }
                     },
                     "400": {
                         "description": "invalid_request (unreadable event)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_signature",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "not_found (no such tenant or provider account)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal (the provider retries the webhook)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "503": {
                         "description": "provider_unavailable (retry later)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -941,19 +954,7 @@ const docTemplate = `{
         }
     },
     "definitions": {
-        "app.HealthStatus": {
-            "type": "object",
-            "required": [
-                "status"
-            ],
-            "properties": {
-                "status": {
-                    "type": "string",
-                    "example": "ok"
-                }
-            }
-        },
-        "payments.CreateRequest": {
+        "CreatePaymentRequest": {
             "type": "object",
             "required": [
                 "amount",
@@ -1001,7 +1002,133 @@ const docTemplate = `{
                 }
             }
         },
-        "payments.DeclinedProblem": {
+        "CreateTenantRequest": {
+            "type": "object",
+            "required": [
+                "default_provider",
+                "name"
+            ],
+            "properties": {
+                "default_provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "name": {
+                    "type": "string",
+                    "example": "Ada Stores"
+                },
+                "providers": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": {
+                            "type": "string"
+                        }
+                    }
+                },
+                "status": {
+                    "type": "string",
+                    "enum": [
+                        "active",
+                        "suspended"
+                    ],
+                    "example": "active"
+                }
+            }
+        },
+        "CreatedTenant": {
+            "type": "object",
+            "required": [
+                "client_id",
+                "client_secret",
+                "created_at",
+                "default_provider",
+                "id",
+                "name",
+                "providers",
+                "status",
+                "updated_at"
+            ],
+            "properties": {
+                "client_id": {
+                    "type": "string",
+                    "example": "cli_9a8b7c6d5e4f3a2b1c0d9e8f"
+                },
+                "client_secret": {
+                    "type": "string",
+                    "example": "sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2025-01-02T15:04:05Z"
+                },
+                "default_provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "id": {
+                    "type": "string",
+                    "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12"
+                },
+                "name": {
+                    "type": "string",
+                    "example": "Ada Stores"
+                },
+                "providers": {
+                    "type": "array",
+                    "items": {
+                        "type": "string"
+                    },
+                    "example": [
+                        "paystack",
+                        "simulator"
+                    ]
+                },
+                "status": {
+                    "type": "string",
+                    "enum": [
+                        "active",
+                        "suspended"
+                    ],
+                    "example": "active"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2025-01-02T15:04:05Z"
+                }
+            }
+        },
+        "Credentials": {
+            "type": "object",
+            "required": [
+                "client_id",
+                "client_secret",
+                "created_at",
+                "tenant_id"
+            ],
+            "properties": {
+                "client_id": {
+                    "type": "string",
+                    "example": "cli_9a8b7c6d5e4f3a2b1c0d9e8f"
+                },
+                "client_secret": {
+                    "type": "string",
+                    "example": "sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2025-01-02T15:04:05Z"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12"
+                }
+            }
+        },
+        "DeclinedProblem": {
             "type": "object",
             "required": [
                 "code",
@@ -1027,11 +1154,11 @@ const docTemplate = `{
                 "errors": {
                     "type": "array",
                     "items": {
-                        "$ref": "#/definitions/problem.FieldError"
+                        "$ref": "#/definitions/FieldError"
                     }
                 },
                 "payment": {
-                    "$ref": "#/definitions/payments.View"
+                    "$ref": "#/definitions/Payment"
                 },
                 "request_id": {
                     "type": "string",
@@ -1051,45 +1178,36 @@ const docTemplate = `{
                 }
             }
         },
-        "payments.Page": {
+        "FieldError": {
             "type": "object",
             "required": [
-                "data",
-                "has_more"
+                "field",
+                "reason"
             ],
             "properties": {
-                "data": {
-                    "type": "array",
-                    "items": {
-                        "$ref": "#/definitions/payments.View"
-                    }
-                },
-                "has_more": {
-                    "type": "boolean",
-                    "example": true
-                },
-                "next_cursor": {
+                "field": {
                     "type": "string",
-                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"
+                    "example": "amount"
+                },
+                "reason": {
+                    "type": "string",
+                    "example": "must be a positive integer in minor units"
                 }
             }
         },
-        "payments.Status": {
-            "type": "string",
-            "enum": [
-                "processing",
-                "succeeded",
-                "failed",
-                "requires_review"
+        "HealthStatus": {
+            "type": "object",
+            "required": [
+                "status"
             ],
-            "x-enum-varnames": [
-                "StatusProcessing",
-                "StatusSucceeded",
-                "StatusFailed",
-                "StatusRequiresReview"
-            ]
+            "properties": {
+                "status": {
+                    "type": "string",
+                    "example": "ok"
+                }
+            }
         },
-        "payments.View": {
+        "Payment": {
             "type": "object",
             "required": [
                 "amount",
@@ -1117,6 +1235,7 @@ const docTemplate = `{
                 },
                 "created_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2026-12-02T10:00:00Z"
                 },
                 "currency": {
@@ -1175,52 +1294,57 @@ const docTemplate = `{
                     ],
                     "allOf": [
                         {
-                            "$ref": "#/definitions/payments.Status"
+                            "$ref": "#/definitions/PaymentStatus"
                         }
                     ],
                     "example": "succeeded"
                 },
                 "updated_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2026-12-02T10:00:01Z"
                 }
             }
         },
-        "payments.WebhookResult": {
+        "PaymentPage": {
             "type": "object",
             "required": [
-                "status"
+                "data",
+                "has_more"
             ],
             "properties": {
-                "payment_id": {
-                    "type": "string",
-                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/Payment"
+                    }
                 },
-                "status": {
-                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it), or a\nSettlement (resolved, released, pending, review).",
+                "has_more": {
+                    "type": "boolean",
+                    "example": true
+                },
+                "next_cursor": {
                     "type": "string",
-                    "example": "resolved"
+                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"
                 }
             }
         },
-        "problem.FieldError": {
-            "type": "object",
-            "required": [
-                "field",
-                "reason"
+        "PaymentStatus": {
+            "type": "string",
+            "enum": [
+                "processing",
+                "succeeded",
+                "failed",
+                "requires_review"
             ],
-            "properties": {
-                "field": {
-                    "type": "string",
-                    "example": "amount"
-                },
-                "reason": {
-                    "type": "string",
-                    "example": "must be a positive integer in minor units"
-                }
-            }
+            "x-enum-varnames": [
+                "StatusProcessing",
+                "StatusSucceeded",
+                "StatusFailed",
+                "StatusRequiresReview"
+            ]
         },
-        "problem.Problem": {
+        "Problem": {
             "type": "object",
             "required": [
                 "code",
@@ -1240,7 +1364,7 @@ const docTemplate = `{
                 "errors": {
                     "type": "array",
                     "items": {
-                        "$ref": "#/definitions/problem.FieldError"
+                        "$ref": "#/definitions/FieldError"
                     }
                 },
                 "request_id": {
@@ -1261,45 +1385,55 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.CreateTenantRequest": {
+        "ProviderUnavailableProblem": {
             "type": "object",
             "required": [
-                "default_provider",
-                "name"
+                "code",
+                "payment_id",
+                "status",
+                "title",
+                "type"
             ],
             "properties": {
-                "default_provider": {
+                "code": {
                     "type": "string",
-                    "example": "simulator"
+                    "example": "invalid_request"
                 },
-                "name": {
+                "detail": {
                     "type": "string",
-                    "example": "Ada Stores"
+                    "example": "the request body is invalid"
                 },
-                "providers": {
-                    "type": "object",
-                    "additionalProperties": {
-                        "type": "object",
-                        "additionalProperties": {
-                            "type": "string"
-                        }
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
                     }
                 },
-                "status": {
+                "payment_id": {
                     "type": "string",
-                    "enum": [
-                        "active",
-                        "suspended"
-                    ],
-                    "example": "active"
+                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
                 }
             }
         },
-        "tenants.CreatedTenantResponse": {
+        "Tenant": {
             "type": "object",
             "required": [
-                "client_id",
-                "client_secret",
                 "created_at",
                 "default_provider",
                 "id",
@@ -1309,16 +1443,9 @@ const docTemplate = `{
                 "updated_at"
             ],
             "properties": {
-                "client_id": {
-                    "type": "string",
-                    "example": "cli_9a8b7c6d5e4f3a2b1c0d9e8f"
-                },
-                "client_secret": {
-                    "type": "string",
-                    "example": "sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"
-                },
                 "created_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 },
                 "default_provider": {
@@ -1353,38 +1480,12 @@ const docTemplate = `{
                 },
                 "updated_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 }
             }
         },
-        "tenants.CredentialsResponse": {
-            "type": "object",
-            "required": [
-                "client_id",
-                "client_secret",
-                "created_at",
-                "tenant_id"
-            ],
-            "properties": {
-                "client_id": {
-                    "type": "string",
-                    "example": "cli_9a8b7c6d5e4f3a2b1c0d9e8f"
-                },
-                "client_secret": {
-                    "type": "string",
-                    "example": "sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"
-                },
-                "created_at": {
-                    "type": "string",
-                    "example": "2025-01-02T15:04:05Z"
-                },
-                "tenant_id": {
-                    "type": "string",
-                    "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12"
-                }
-            }
-        },
-        "tenants.TenantListResponse": {
+        "TenantPage": {
             "type": "object",
             "required": [
                 "data"
@@ -1393,7 +1494,7 @@ const docTemplate = `{
                 "data": {
                     "type": "array",
                     "items": {
-                        "$ref": "#/definitions/tenants.TenantResponse"
+                        "$ref": "#/definitions/Tenant"
                     }
                 },
                 "next_cursor": {
@@ -1403,59 +1504,7 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.TenantResponse": {
-            "type": "object",
-            "required": [
-                "created_at",
-                "default_provider",
-                "id",
-                "name",
-                "providers",
-                "status",
-                "updated_at"
-            ],
-            "properties": {
-                "created_at": {
-                    "type": "string",
-                    "example": "2025-01-02T15:04:05Z"
-                },
-                "default_provider": {
-                    "type": "string",
-                    "example": "simulator"
-                },
-                "id": {
-                    "type": "string",
-                    "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12"
-                },
-                "name": {
-                    "type": "string",
-                    "example": "Ada Stores"
-                },
-                "providers": {
-                    "type": "array",
-                    "items": {
-                        "type": "string"
-                    },
-                    "example": [
-                        "paystack",
-                        "simulator"
-                    ]
-                },
-                "status": {
-                    "type": "string",
-                    "enum": [
-                        "active",
-                        "suspended"
-                    ],
-                    "example": "active"
-                },
-                "updated_at": {
-                    "type": "string",
-                    "example": "2025-01-02T15:04:05Z"
-                }
-            }
-        },
-        "tenants.TokenResponse": {
+        "Token": {
             "type": "object",
             "required": [
                 "access_token",
@@ -1477,7 +1526,7 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.UpdateTenantRequest": {
+        "UpdateTenantRequest": {
             "type": "object",
             "properties": {
                 "default_provider": {
@@ -1506,20 +1555,40 @@ const docTemplate = `{
                     "example": "suspended"
                 }
             }
+        },
+        "WebhookResult": {
+            "type": "object",
+            "required": [
+                "status"
+            ],
+            "properties": {
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                },
+                "status": {
+                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it), or a\nSettlement (resolved, released, pending, review).",
+                    "type": "string",
+                    "example": "resolved"
+                }
+            }
         }
     },
     "securityDefinitions": {
         "AdminKey": {
-            "description": "The gateway's ADMIN_API_KEY, sent as \"Bearer \u003ckey\u003e\".",
+            "description": "The gateway's ` + "`" + `ADMIN_API_KEY` + "`" + `, sent as ` + "`" + `Authorization: Bearer \u003ckey\u003e` + "`" + `. In Swagger UI's Authorize dialog paste the key alone.",
             "type": "apiKey",
             "name": "Authorization",
-            "in": "header"
+            "in": "header",
+            "x-oas3-http-scheme": "bearer"
         },
         "BearerAuth": {
-            "description": "Merchant access token from POST /v1/auth/token, sent as \"Bearer \u003ctoken\u003e\".",
+            "description": "Merchant access token from ` + "`" + `POST /v1/auth/token` + "`" + `, sent as ` + "`" + `Authorization: Bearer \u003ctoken\u003e` + "`" + `. In Swagger UI's Authorize dialog paste the ` + "`" + `access_token` + "`" + ` alone.",
             "type": "apiKey",
             "name": "Authorization",
-            "in": "header"
+            "in": "header",
+            "x-oas3-bearer-format": "JWT",
+            "x-oas3-http-scheme": "bearer"
         },
         "ClientBasic": {
             "type": "basic"
@@ -1531,7 +1600,7 @@ const docTemplate = `{
             "name": "payments"
         },
         {
-            "description": "Client-credentials grant: client_id and client_secret for a short-lived access token.",
+            "description": "Client-credentials grant: client_id and client_secret for a short-lived access token. With HTTP Basic (ClientBasic) the client_id is the username and the client_secret the password.",
             "name": "auth"
         },
         {
@@ -1560,7 +1629,7 @@ var SwaggerInfo = &swag.Spec{
 	BasePath:         "/",
 	Schemes:          []string{"http", "https"},
 	Title:            "OncePay Gateway API",
-	Description:      "Multi-tenant payments gateway. Merchants' apps charge their customers through a payment provider; a retried payment is charged at most once and every accepted payment reaches a known final state.\n\n**Idempotency.** Every mutating merchant route (POST /v1/payments) requires an `Idempotency-Key` header: one key per logical payment, 1 to 255 printable ASCII characters, scoped to the merchant. Retry with the same key and the byte-identical body until you get a final answer: a finished request is replayed byte for byte with `Idempotent-Replayed: true`; a retry while the first request still runs is 409 `idempotency_key_in_use` with `Retry-After`; the same key with another body is 422 `idempotency_key_mismatch`; 202 means the outcome is not known yet (retry with the same key, or poll `Location`).\n\n**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.\n\n**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at POST /v1/auth/token (HTTP Basic, client-credentials grant) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).",
+	Description:      "Multi-tenant payments gateway. Merchants' apps charge their customers through a payment provider; a retried payment is charged at most once and every accepted payment reaches a known final state.\n\n**Idempotency.** Every mutating merchant route (POST /v1/payments) requires an `Idempotency-Key` header: one key per logical payment, 1 to 255 printable ASCII characters, scoped to the merchant. Retry with the same key and the byte-identical body until you get a final answer: a finished request is replayed byte for byte with `Idempotent-Replayed: true`; a retry while the first request still runs is 409 `idempotency_key_in_use` with `Retry-After`; the same key with another body is 422 `idempotency_key_mismatch`; 202 means the outcome is not known yet (retry with the same key, or poll `Location`).\n\n**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.\n\n**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at `POST /v1/auth/token` (client-credentials grant; HTTP Basic or `client_id` and `client_secret` in the form) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).\n\n**Request ids.** Every answer carries `X-Request-Id`, also in problem bodies as `request_id`: the client's own `X-Request-Id` when it is 1 to 128 visible ASCII characters, else one the gateway made. Quote it to support.",
 	InfoInstanceName: "swagger",
 	SwaggerTemplate:  docTemplate,
 	LeftDelim:        "{{",

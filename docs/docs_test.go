@@ -7,11 +7,14 @@ package docs_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,44 +33,93 @@ import (
 	"github.com/oncepay/gateway/docs"
 )
 
-// loadSpec converts the generated Swagger 2.0 spec to OpenAPI 3 and
-// validates it.
+// loadSpec loads and validates the published OpenAPI 3 document.
 func loadSpec(t *testing.T) *openapi3.T {
 	t.Helper()
-	raw, err := os.ReadFile("swagger.json")
+	spec, err := openapi3.NewLoader().LoadFromData(docs.OpenAPI)
 	require.NoError(t, err)
-	var v2 openapi2.T
-	require.NoError(t, json.Unmarshal(raw, &v2))
-	v3, err := openapi2conv.ToV3(&v2)
-	require.NoError(t, err)
-	require.NoError(t, v3.Validate(context.Background()), "the generated spec is not a valid OpenAPI document")
-	return v3
+	require.NoError(t, spec.Validate(context.Background()), "the published spec is not a valid OpenAPI document")
+	return spec
 }
 
 func TestSpecIsValidOpenAPI(t *testing.T) {
 	t.Parallel()
 	spec := loadSpec(t)
+	require.True(t, strings.HasPrefix(spec.OpenAPI, "3."), spec.OpenAPI)
 
-	// The routes the gateway serves are all documented.
-	for _, route := range []string{
-		"POST /v1/auth/token", "POST /v1/payments", "GET /v1/payments", "GET /v1/payments/{id}", "GET /v1/me",
-		"POST /admin/v1/tenants", "GET /admin/v1/tenants", "GET /admin/v1/tenants/{id}",
-		"PATCH /admin/v1/tenants/{id}", "POST /admin/v1/tenants/{id}/credentials",
-		"GET /healthz", "GET /readyz", "POST /v1/webhooks/{provider}/{tenant_id}",
+	// The routes the gateway serves are all documented, under stable
+	// operation ids.
+	for route, id := range map[string]string{
+		"POST /v1/auth/token": "issueToken", "POST /v1/payments": "createPayment", "GET /v1/payments": "listPayments",
+		"GET /v1/payments/{id}": "getPayment", "GET /v1/me": "getMe",
+		"POST /admin/v1/tenants": "createTenant", "GET /admin/v1/tenants": "listTenants", "GET /admin/v1/tenants/{id}": "getTenant",
+		"PATCH /admin/v1/tenants/{id}": "updateTenant", "POST /admin/v1/tenants/{id}/credentials": "rotateCredentials",
+		"GET /healthz": "getLiveness", "GET /readyz": "getReadiness", "GET /metrics": "getMetrics",
+		"POST /v1/webhooks/{provider}/{tenant_id}": "receiveWebhook",
 	} {
 		method, path, _ := strings.Cut(route, " ")
 		item := spec.Paths.Find(path)
 		require.NotNil(t, item, "%s is not documented", route)
-		require.NotNil(t, item.GetOperation(method), "%s is not documented", route)
+		op := item.GetOperation(method)
+		require.NotNil(t, op, "%s is not documented", route)
+		require.Equal(t, id, op.OperationID, route)
 	}
 
-	// Security schemes.
-	for name, in := range map[string]string{"BearerAuth": "header", "AdminKey": "header"} {
+	// Every operation: a tag, explicit security (public ones `[]`), success
+	// bodies never problem+json, errors only problem+json, X-Request-Id on
+	// every answer.
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			require.NotEmpty(t, op.Tags, name)
+			require.NotNil(t, op.Security, "%s: security must be explicit", name)
+			for code, r := range op.Responses.Map() {
+				status, err := strconv.Atoi(code)
+				require.NoError(t, err, "%s %s", name, code)
+				require.Contains(t, r.Value.Headers, "X-Request-Id", "%s %d", name, status)
+				if status < 400 {
+					require.Nil(t, r.Value.Content.Get("application/problem+json"), "%s %d", name, status)
+					continue
+				}
+				require.Len(t, r.Value.Content, 1, "%s %d", name, status)
+				mt := r.Value.Content.Get("application/problem+json")
+				require.NotNil(t, mt, "%s %d has no problem+json body", name, status)
+				require.True(t, mt.Example != nil || len(mt.Examples) > 0, "%s %d has no example", name, status)
+			}
+		}
+	}
+	for _, public := range []string{"/healthz", "/readyz", "/metrics", "/v1/webhooks/{provider}/{tenant_id}"} {
+		for _, op := range spec.Paths.Find(public).Operations() {
+			require.Empty(t, *op.Security, public)
+		}
+	}
+
+	// Security schemes: merchant and admin bearer tokens, client Basic.
+	for name, scheme := range map[string]string{"BearerAuth": "bearer", "AdminKey": "bearer", "ClientBasic": "basic"} {
 		s := spec.Components.SecuritySchemes[name]
 		require.NotNil(t, s, name)
-		require.Equal(t, "apiKey", s.Value.Type, name)
-		require.Equal(t, in, s.Value.In, name)
-		require.Equal(t, "Authorization", s.Value.Name, name)
+		require.Equal(t, "http", s.Value.Type, name)
+		require.Equal(t, scheme, s.Value.Scheme, name)
+		require.NotContains(t, s.Value.Extensions, "x-oas3-http-scheme", name)
+	}
+
+	// The token endpoint: Basic or the form, no Authorization parameter.
+	token := spec.Paths.Find("/v1/auth/token").Post
+	require.Nil(t, token.Parameters.GetByInAndName("header", "Authorization"))
+	require.Equal(t, openapi3.SecurityRequirements{{"ClientBasic": {}}, {}}, *token.Security)
+	form := token.RequestBody.Value.Content.Get("application/x-www-form-urlencoded").Schema.Value
+	require.ElementsMatch(t, []string{"grant_type"}, form.Required)
+	for _, f := range []string{"grant_type", "client_id", "client_secret"} {
+		require.Contains(t, form.Properties, f)
+	}
+	for code, want := range map[int]string{400: "invalid_request", 401: "invalid_client", 403: "tenant_suspended", 500: "internal"} {
+		mt := token.Responses.Status(code).Value.Content.Get("application/problem+json")
+		var ex any = mt.Example
+		if ex == nil {
+			ex = mt.Examples[want].Value.Value
+		}
+		require.Equal(t, want, ex.(map[string]any)["code"], "%d", code)
+		require.NotContains(t, ex, "errors", "%d: no field errors on the token endpoint", code)
 	}
 
 	// The idempotency contract of POST /v1/payments.
@@ -77,24 +129,49 @@ func TestSpecIsValidOpenAPI(t *testing.T) {
 	require.True(t, key.Required)
 	require.NotNil(t, key.Schema.Value.MaxLength)
 	require.EqualValues(t, 255, *key.Schema.Value.MaxLength)
+	require.NotNil(t, key.Example)
 	for status, headers := range map[int][]string{
 		201: {"Location", "Idempotent-Replayed"}, 402: {"Location", "Idempotent-Replayed"},
-		202: {"Location", "Retry-After"}, 409: {"Retry-After"}, 503: {"Retry-After"},
+		202: {"Location", "Retry-After"}, 409: {"Retry-After"}, 429: {"Retry-After"}, 503: {"Retry-After"},
 	} {
 		r := create.Responses.Status(status)
 		require.NotNil(t, r, "%d", status)
 		for _, h := range headers {
 			require.Contains(t, r.Value.Headers, h, "%d %s", status, h)
+			if h == "Retry-After" {
+				require.True(t, r.Value.Headers[h].Value.Schema.Value.Type.Is("integer"), "%d Retry-After", status)
+			}
 		}
 	}
 	for _, status := range []int{400, 401, 402, 403, 409, 413, 422, 429, 500, 503} {
-		r := create.Responses.Status(status)
-		require.NotNil(t, r, "%d", status)
-		mt := r.Value.Content.Get("application/problem+json")
-		require.NotNil(t, mt, "%d has no problem+json body", status)
+		require.NotNil(t, create.Responses.Status(status), "%d", status)
 	}
-	problem := spec.Components.Schemas["problem.Problem"].Value
-	require.ElementsMatch(t, []string{"type", "title", "status", "code"}, problem.Required)
+	schemaOf := func(status int) *openapi3.Schema {
+		return create.Responses.Status(status).Value.Content.Get("application/problem+json").Schema.Value
+	}
+	require.Contains(t, schemaOf(402).Properties, "payment")
+	require.Contains(t, schemaOf(402).Required, "payment")
+	require.Contains(t, schemaOf(503).Properties, "payment_id")
+	require.Contains(t, schemaOf(503).Required, "payment_id")
+	require.NotNil(t, create.Responses.Status(201).Value.Content.Get("application/json"))
+
+	schemas := spec.Components.Schemas
+	require.ElementsMatch(t, []string{"type", "title", "status", "code"}, schemas["Problem"].Value.Required)
+	for _, s := range []string{"Payment", "Tenant", "Credentials"} {
+		require.Equal(t, "date-time", schemas[s].Value.Properties["created_at"].Value.Format, s)
+	}
+}
+
+// TestSwagger2IsValid: swag's 2.0 source also parses.
+func TestSwagger2IsValid(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("swagger.json")
+	require.NoError(t, err)
+	var v2 openapi2.T
+	require.NoError(t, json.Unmarshal(raw, &v2))
+	v3, err := openapi2conv.ToV3(&v2)
+	require.NoError(t, err)
+	require.NoError(t, v3.Validate(context.Background()))
 }
 
 // TestSpecMatchesRegisteredDoc: the docs package (what /swagger/doc.json
@@ -278,6 +355,20 @@ func TestResponsesMatchSpec(t *testing.T) {
 	r = c.do("GET", "/v1/me", nil, true, auth...)
 	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
 
+	// The token endpoint: client_secret_post, client_secret_basic, neither.
+	formCT := []string{"Content-Type", "application/x-www-form-urlencoded"}
+	post := "grant_type=client_credentials&client_id=" + url.QueryEscape(m.ClientID) + "&client_secret=" + url.QueryEscape(m.ClientSecret)
+	r = c.do("POST", "/v1/auth/token", []byte(post), true, formCT...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(m.ClientID+":"+m.ClientSecret))
+	r = c.do("POST", "/v1/auth/token", []byte("grant_type=client_credentials"), true, append(formCT, "Authorization", basic)...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	r = c.do("POST", "/v1/auth/token", []byte("grant_type=client_credentials"), true, formCT...)
+	require.Equal(t, http.StatusUnauthorized, r.StatusCode, "%s", r.Body)
+	require.Equal(t, "invalid_client", r.Code(t))
+	r = c.do("POST", "/v1/auth/token", []byte(post), true, append(formCT, "Authorization", basic)...)
+	require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s", r.Body)
+
 	// Admin and health.
 	admin := []string{"Authorization", "Bearer " + apptest.AdminKey}
 	r = c.do("POST", "/admin/v1/tenants", []byte(`{"name":"Spec Stores","default_provider":"simulator"}`), true, admin...)
@@ -303,13 +394,14 @@ func TestResponsesMatchSpec(t *testing.T) {
 	for _, want := range []string{
 		"POST /v1/payments 201", "POST /v1/payments 202", "POST /v1/payments 400", "POST /v1/payments 401",
 		"POST /v1/payments 402", "POST /v1/payments 409", "POST /v1/payments 422", "POST /v1/payments 503",
+		"POST /v1/auth/token 200", "POST /v1/auth/token 400", "POST /v1/auth/token 401",
 	} {
 		require.True(t, c.seen[want], "not exercised: %s", want)
 	}
 }
 
-// TestSwaggerUI: the UI renders at /swagger/ and /swagger/doc.json is the
-// generated spec.
+// TestSwaggerUI: the UI renders at /swagger/ and reads /openapi.json, the
+// committed OpenAPI 3 document; /swagger/doc.json is swag's 2.0 source.
 func TestSwaggerUI(t *testing.T) {
 	t.Parallel()
 	g := apptest.Start(t)
@@ -321,17 +413,24 @@ func TestSwaggerUI(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
 	require.Contains(t, strings.ToLower(string(body)), "swagger")
-	require.Contains(t, string(body), "/swagger/doc.json")
+	r := g.Do("GET", "/swagger/index.html", nil)
+	require.Contains(t, string(r.Body), `"/openapi.json"`)
 
 	// A spoofed X-Forwarded-Prefix does not move the spec for others.
-	r := g.Do("GET", "/swagger/index.html", nil, "X-Forwarded-Prefix", "/evil")
+	r = g.Do("GET", "/swagger/index.html", nil, "X-Forwarded-Prefix", "/evil")
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.NotContains(t, string(r.Body), "/evil")
 
-	r = g.Do("GET", "/swagger/doc.json", nil)
+	r = g.Do("GET", "/openapi.json", nil)
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
-	raw, err := os.ReadFile("swagger.json")
+	raw, err := os.ReadFile("openapi.json")
+	require.NoError(t, err)
+	require.Equal(t, raw, r.Body)
+
+	r = g.Do("GET", "/swagger/doc.json", nil)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	raw, err = os.ReadFile("swagger.json")
 	require.NoError(t, err)
 	requireSameSpec(t, raw, r.Body)
 }

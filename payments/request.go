@@ -32,7 +32,7 @@ type CreateRequest struct {
 	Description string `json:"description,omitempty" example:"Order #1001"`
 	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
 	Metadata map[string]string `json:"metadata,omitempty"`
-}
+} // @name CreatePaymentRequest
 
 // Limits of a payment request.
 const (

@@ -62,7 +62,7 @@ type CreateTenantRequest struct {
 	Status          string                       `json:"status,omitempty" enums:"active,suspended" example:"active"`
 	DefaultProvider string                       `json:"default_provider" example:"simulator"`
 	Providers       map[string]map[string]string `json:"providers,omitempty"`
-}
+} // @name CreateTenantRequest
 
 // String redacts the provider secrets.
 func (r CreateTenantRequest) String() string { return "tenants.CreateTenantRequest{redacted}" }
@@ -81,7 +81,7 @@ type UpdateTenantRequest struct {
 	Status          *string                      `json:"status,omitempty" enums:"active,suspended" example:"suspended"`
 	DefaultProvider *string                      `json:"default_provider,omitempty" example:"paystack"`
 	Providers       map[string]map[string]string `json:"providers,omitempty"`
-}
+} // @name UpdateTenantRequest
 
 // String redacts the provider secrets.
 func (r UpdateTenantRequest) String() string { return "tenants.UpdateTenantRequest{redacted}" }
@@ -99,9 +99,9 @@ type TenantResponse struct {
 	Status          string    `json:"status" enums:"active,suspended" example:"active"`
 	DefaultProvider string    `json:"default_provider" example:"simulator"`
 	Providers       []string  `json:"providers" example:"paystack,simulator"`
-	CreatedAt       time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
-	UpdatedAt       time.Time `json:"updated_at" example:"2025-01-02T15:04:05Z"`
-}
+	CreatedAt       time.Time `json:"created_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+	UpdatedAt       time.Time `json:"updated_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+} // @name Tenant
 
 // CreatedTenantResponse is a new tenant with its first credentials; the
 // client secret is shown here once and cannot be read again.
@@ -109,7 +109,7 @@ type CreatedTenantResponse struct {
 	TenantResponse
 	ClientID     string `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
 	ClientSecret string `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
-}
+} // @name CreatedTenant
 
 // String redacts the client secret.
 func (r CreatedTenantResponse) String() string {
@@ -129,8 +129,8 @@ type CredentialsResponse struct {
 	TenantID     string    `json:"tenant_id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
 	ClientID     string    `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
 	ClientSecret string    `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
-	CreatedAt    time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
-}
+	CreatedAt    time.Time `json:"created_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+} // @name Credentials
 
 // String redacts the client secret.
 func (r CredentialsResponse) String() string {
@@ -151,14 +151,14 @@ type TenantListResponse struct {
 	// NextCursor is passed as ?cursor= for the next page; absent on the
 	// last page.
 	NextCursor string `json:"next_cursor,omitempty" example:"MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"`
-}
+} // @name TenantPage
 
 // TokenResponse is an OAuth 2.0 access token response (RFC 6749 §5.1).
 type TokenResponse struct {
 	AccessToken string `json:"access_token" example:"eyJhbGciOiJIUzI1NiIsImtpZCI6IjNmYTg1ZjY0NTc1YmI3ZTQiLCJ0eXAiOiJKV1QifQ.e30.sig"`
 	TokenType   string `json:"token_type" example:"Bearer"`
 	ExpiresIn   int    `json:"expires_in" example:"900"`
-}
+} // @name Token
 
 // String redacts the token.
 func (r TokenResponse) String() string { return "tenants.TokenResponse{redacted}" }
@@ -196,6 +196,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				createTenant
 //	@Router			/admin/v1/tenants [post]
 func (h *Handler) createTenant(c *fiber.Ctx) error {
 	var req CreateTenantRequest
@@ -229,6 +230,7 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				listTenants
 //	@Router			/admin/v1/tenants [get]
 func (h *Handler) listTenants(c *fiber.Ctx) error {
 	p := ListParams{Cursor: utils.CopyString(c.Query("cursor"))}
@@ -260,12 +262,13 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Tags			admin
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id	path		string	true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		200	{object}	TenantResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				getTenant
 //	@Router			/admin/v1/tenants/{id} [get]
 func (h *Handler) getTenant(c *fiber.Ctx) error {
 	t, err := h.svc.Get(c.UserContext(), utils.CopyString(c.Params("id")))
@@ -283,7 +286,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Accept			json
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id		path		string				true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id		path		string				true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Param			body	body		UpdateTenantRequest	true	"The changes"
 //	@Success		200		{object}	TenantResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
@@ -292,6 +295,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				updateTenant
 //	@Router			/admin/v1/tenants/{id} [patch]
 func (h *Handler) updateTenant(c *fiber.Ctx) error {
 	var req UpdateTenantRequest
@@ -314,12 +318,13 @@ func (h *Handler) updateTenant(c *fiber.Ctx) error {
 //	@Tags			admin
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id	path		string	true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		201	{object}	CredentialsResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				rotateCredentials
 //	@Router			/admin/v1/tenants/{id}/credentials [post]
 func (h *Handler) rotateCredentials(c *fiber.Ctx) error {
 	creds, err := h.svc.RotateCredentials(c.UserContext(), utils.CopyString(c.Params("id")))
@@ -555,6 +560,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Header			429	{integer}	Retry-After	"seconds"
 //	@Security		BearerAuth
+//	@ID				getMe
 //	@Router			/v1/me [get]
 func (h *Handler) me(c *fiber.Ctx) error {
 	t, ok := CurrentTenant(c)
