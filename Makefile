@@ -4,9 +4,10 @@
 GO       ?= go
 SWAG     ?= $(shell $(GO) env GOPATH)/bin/swag
 SWAG_VERSION := v1.16.6
+OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: run build test docs docs-check lint bench chaos migrate fmt tools api-lint
+.PHONY: run build test docs docs-check lint bench chaos migrate fmt tools api-lint api-check
 
 run:
 	$(GO) run .
@@ -36,6 +37,7 @@ docs: $(SWAG)
 	$(SWAG) init --quiet --generalInfo main.go --output docs --parseInternal --requiredByDefault --outputTypes go,json,yaml
 	gofmt -w docs/docs.go
 	$(GO) run ./docs/oas3gen -in docs/swagger.json -out docs/openapi.json
+	cd docs/apicheck && $(GO) run $(OAPI_CODEGEN) -config oapi-codegen.yaml ../openapi.json
 
 # Fails when the committed docs/ differ from what `make docs` generates
 # (changed, deleted or new untracked files under docs/).
@@ -56,6 +58,16 @@ api-lint: $(NPM_TOOLS)
 	.ci/node_modules/.bin/swagger-cli validate docs/openapi.json
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
 		.ci/node_modules/.bin/redocly lint --config .ci/redocly.yaml docs/openapi.json
+
+# api-check: the description's consumers against the real gateway, in the
+# test-only module docs/apicheck: the client oapi-codegen generated (make
+# docs), Swagger UI driven by headless Chromium (CHROMIUM, Debian's
+# chromium package), and the READMEs' walkthroughs as pasted (bash, curl,
+# jq, make run). -mod=mod: the gateway's own go.mod moves on without it.
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
+api-check: api-lint
+	cd docs/apicheck && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 -timeout 10m ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
