@@ -438,12 +438,14 @@ const docTemplate = `{
                     },
                     {
                         "type": "string",
+                        "x-example": "",
                         "description": "client_secret_post: the client id (leave out with HTTP Basic)",
                         "name": "client_id",
                         "in": "formData"
                     },
                     {
                         "type": "string",
+                        "x-example": "",
                         "description": "client_secret_post: the client secret (leave out with HTTP Basic)",
                         "name": "client_secret",
                         "in": "formData"
@@ -988,6 +990,9 @@ const docTemplate = `{
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
                     }
                 },
                 "payment_method": {
@@ -1267,7 +1272,13 @@ const docTemplate = `{
                     "example": "8e03978e-40d5-43e8-bc93-6894a57f9324"
                 },
                 "metadata": {
-                    "type": "object"
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
+                    }
                 },
                 "object": {
                     "type": "string",

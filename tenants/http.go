@@ -358,8 +358,8 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 //	@Produce		json
 //	@Produce		application/problem+json
 //	@Param			grant_type		formData	string	true	"Grant type"	Enums(client_credentials)
-//	@Param			client_id		formData	string	false	"client_secret_post: the client id (leave out with HTTP Basic)"
-//	@Param			client_secret	formData	string	false	"client_secret_post: the client secret (leave out with HTTP Basic)"
+//	@Param			client_id		formData	string	false	"client_secret_post: the client id (leave out with HTTP Basic)"		extensions(x-example=)
+//	@Param			client_secret	formData	string	false	"client_secret_post: the client secret (leave out with HTTP Basic)"	extensions(x-example=)
 //	@Success		200				{object}	TokenResponse
 //	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
 //	@Failure		401				{object}	problem.Problem	"invalid_client"

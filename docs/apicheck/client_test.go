@@ -148,7 +148,7 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, got.StatusCode())
 	require.Equal(t, p.Id, got.JSON200.Id)
-	require.Equal(t, map[string]any{"order": "1001"}, got.JSON200.Metadata)
+	require.Equal(t, map[string]string{"order": "1001"}, got.JSON200.Metadata)
 
 	page, err := m.ListPaymentsWithResponse(ctx, &oncepay.ListPaymentsParams{Limit: ptr(1)})
 	require.NoError(t, err)

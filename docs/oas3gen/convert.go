@@ -49,7 +49,9 @@ const requestIDHeader = "X-Request-Id"
 //   - Every operation must have an operationId (@ID) and a declared tag.
 //   - An operation without @Security is public: `security: []`. With
 //     x-security-optional its requirements also list {} (none).
-//   - A non-body parameter's x-example becomes its example.
+//   - A non-body parameter's x-example becomes its example (a form
+//     parameter's, its property's). An empty one keeps Swagger UI from
+//     filling the field with "string".
 //   - 2xx answers never list application/problem+json; 4xx and 5xx list
 //     only it. swag can only give every answer of an operation the same
 //     types, which sends generated clients' decoded errors to fields nobody
@@ -157,7 +159,17 @@ func operation(doc *openapi3.T, op *openapi3.Operation, tags map[string]bool) er
 	if op.RequestBody != nil {
 		delete(op.RequestBody.Value.Extensions, "x-originalParamName")
 		for _, mt := range op.RequestBody.Value.Content {
+			// Form parameters became this schema's properties, their
+			// extensions with them.
 			dropExtensions(mt.Schema, "x-formData-name")
+			if s := mt.Schema.Value; s != nil && mt.Schema.Ref == "" {
+				for _, p := range s.Properties {
+					if ex, ok := p.Value.Extensions[extExample]; ok {
+						p.Value.Example = ex
+						delete(p.Value.Extensions, extExample)
+					}
+				}
+			}
 		}
 	}
 

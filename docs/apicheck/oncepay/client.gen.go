@@ -175,6 +175,8 @@ type CreatePaymentRequest struct {
 	Email string `json:"email"`
 
 	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
+	//
+	// Example: {"order_id":"1001"}
 	Metadata *map[string]string `json:"metadata,omitempty"`
 
 	// PaymentMethod PaymentMethod is the provider's token for a saved card or account
@@ -324,8 +326,10 @@ type Payment struct {
 	Id string `json:"id"`
 
 	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
-	IdempotencyKey string                 `json:"idempotency_key"`
-	Metadata       map[string]interface{} `json:"metadata"`
+	IdempotencyKey string `json:"idempotency_key"`
+
+	// Metadata Example: {"order_id":"1001"}
+	Metadata map[string]string `json:"metadata"`
 
 	// Object Example: payment
 	Object string `json:"object"`
@@ -499,9 +503,13 @@ type ListTenantsParams struct {
 // IssueTokenFormdataBody defines parameters for IssueToken.
 type IssueTokenFormdataBody struct {
 	// ClientId client_secret_post: the client id (leave out with HTTP Basic)
+	//
+	// Example:
 	ClientId *string `form:"client_id,omitempty" json:"client_id,omitempty"`
 
 	// ClientSecret client_secret_post: the client secret (leave out with HTTP Basic)
+	//
+	// Example:
 	ClientSecret *string `form:"client_secret,omitempty" json:"client_secret,omitempty"`
 
 	// GrantType Grant type
