@@ -29,7 +29,9 @@ tools: $(SWAG)
 
 # docs/ is generated from the swag annotations (main.go and the handlers)
 # and committed: swagger.json (Swagger 2.0, swag's output) and openapi.json
-# (OpenAPI 3, the published description: docs/oas3gen converts it). The swag version is pinned: another version writes other
+# (OpenAPI 3, the published description: docs/oas3gen converts it), and the
+# Go client oapi-codegen generates from it for docs/apicheck's tests. The
+# swag and oapi-codegen versions are pinned: another version writes other
 # bytes, which would make docs-check flap between machines.
 docs: $(SWAG)
 	@$(GO) version -m $(SWAG) | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/swaggo/swag[[:space:]]+$(SWAG_VERSION)[[:space:]]' || \
@@ -46,7 +48,8 @@ docs-check: docs
 		{ echo "docs-check: docs/ is not what 'make docs' generates; run 'make docs' and commit docs/"; git status --short -- docs; exit 1; }
 
 # api-lint: validators that are not ours on the published description:
-# swagger-cli, and Redocly's recommended rules with warnings as errors
+# swagger-cli (on swag's 2.0 source too, which /swagger/doc.json serves),
+# and Redocly's recommended rules with warnings as errors
 # (.ci/redocly.yaml). Pinned in .ci/package.json; npm ci installs them
 # into .ci/node_modules once per lock file.
 NPM_TOOLS := .ci/node_modules/.installed
@@ -56,6 +59,7 @@ $(NPM_TOOLS): .ci/package.json .ci/package-lock.json
 
 api-lint: $(NPM_TOOLS)
 	.ci/node_modules/.bin/swagger-cli validate docs/openapi.json
+	.ci/node_modules/.bin/swagger-cli validate docs/swagger.json
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
 		.ci/node_modules/.bin/redocly lint --config .ci/redocly.yaml docs/openapi.json
 
