@@ -4,9 +4,10 @@
 GO       ?= go
 SWAG     ?= $(shell $(GO) env GOPATH)/bin/swag
 SWAG_VERSION := v1.16.6
+OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: run build test docs docs-check lint bench chaos migrate fmt tools
+.PHONY: run build test docs docs-check lint bench chaos migrate fmt tools api-lint api-check
 
 run:
 	$(GO) run .
@@ -27,19 +28,50 @@ $(SWAG):
 tools: $(SWAG)
 
 # docs/ is generated from the swag annotations (main.go and the handlers)
-# and committed. The swag version is pinned: another version writes other
+# and committed: swagger.json (Swagger 2.0, swag's output) and openapi.json
+# (OpenAPI 3, the published description: docs/oas3gen converts it), and the
+# Go client oapi-codegen generates from it for docs/apicheck's tests. The
+# swag and oapi-codegen versions are pinned: another version writes other
 # bytes, which would make docs-check flap between machines.
 docs: $(SWAG)
 	@$(GO) version -m $(SWAG) | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/swaggo/swag[[:space:]]+$(SWAG_VERSION)[[:space:]]' || \
 		{ echo "docs: $(SWAG) is not swag $(SWAG_VERSION); run: $(GO) install github.com/swaggo/swag/cmd/swag@$(SWAG_VERSION)"; exit 1; }
 	$(SWAG) init --quiet --generalInfo main.go --output docs --parseInternal --requiredByDefault --outputTypes go,json,yaml
-	gofmt -w docs
+	gofmt -w docs/docs.go
+	$(GO) run ./docs/oas3gen -in docs/swagger.json -out docs/openapi.json
+	cd docs/apicheck && $(GO) run $(OAPI_CODEGEN) -config oapi-codegen.yaml ../openapi.json
 
 # Fails when the committed docs/ differ from what `make docs` generates
 # (changed, deleted or new untracked files under docs/).
 docs-check: docs
 	@git diff --exit-code --stat -- docs && test -z "$$(git status --porcelain --untracked-files=all -- docs)" || \
 		{ echo "docs-check: docs/ is not what 'make docs' generates; run 'make docs' and commit docs/"; git status --short -- docs; exit 1; }
+
+# api-lint: validators that are not ours on the published description:
+# swagger-cli (on swag's 2.0 source too, which /swagger/doc.json serves),
+# and Redocly's recommended rules with warnings as errors
+# (.ci/redocly.yaml). Pinned in .ci/package.json; npm ci installs them
+# into .ci/node_modules once per lock file.
+NPM_TOOLS := .ci/node_modules/.installed
+$(NPM_TOOLS): .ci/package.json .ci/package-lock.json
+	npm ci --prefix .ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+api-lint: $(NPM_TOOLS)
+	.ci/node_modules/.bin/swagger-cli validate docs/openapi.json
+	.ci/node_modules/.bin/swagger-cli validate docs/swagger.json
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		.ci/node_modules/.bin/redocly lint --config .ci/redocly.yaml docs/openapi.json
+
+# api-check: the description's consumers against the real gateway, in the
+# test-only module docs/apicheck: the client oapi-codegen generated (make
+# docs), Swagger UI driven by headless Chromium (CHROMIUM, Debian's
+# chromium package), and the READMEs' walkthroughs as pasted (bash, curl,
+# jq, make run). -mod=mod: the gateway's own go.mod moves on without it.
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
+api-check: api-lint
+	cd docs/apicheck && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 -timeout 10m ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

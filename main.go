@@ -8,6 +8,8 @@ package main
 
 // Swagger general API info (swaggo/swag). `make docs` generates docs/ from
 // these lines and the annotations on the handlers; never edit docs/ by hand.
+// The x-oas3-… extensions say what Swagger 2.0 cannot (a bearer scheme);
+// docs/oas3gen applies them when it writes docs/openapi.json.
 //
 //	@title						OncePay Gateway API
 //	@version					1.0
@@ -17,7 +19,9 @@ package main
 //	@description
 //	@description				**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.
 //	@description
-//	@description				**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at POST /v1/auth/token (HTTP Basic, client-credentials grant) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).
+//	@description				**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at `POST /v1/auth/token` (client-credentials grant; HTTP Basic or `client_id` and `client_secret` in the form) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).
+//	@description
+//	@description				**Request ids.** Every answer carries `X-Request-Id`, also in problem bodies as `request_id`: the client's own `X-Request-Id` when it is 1 to 128 visible ASCII characters, else one the gateway made. Quote it to support.
 //	@contact.name				OncePay
 //	@BasePath					/
 //	@schemes					http https
@@ -25,19 +29,22 @@ package main
 //	@securityDefinitions.apikey	BearerAuth
 //	@in							header
 //	@name						Authorization
-//	@description				Merchant access token from POST /v1/auth/token, sent as "Bearer <token>".
+//	@description				Merchant access token from `POST /v1/auth/token`, sent as `Authorization: Bearer <token>`. In Swagger UI's Authorize dialog paste the `access_token` alone.
+//	@x-oas3-http-scheme			bearer
+//	@x-oas3-bearer-format		JWT
 //
 //	@securityDefinitions.apikey	AdminKey
 //	@in							header
 //	@name						Authorization
-//	@description				The gateway's ADMIN_API_KEY, sent as "Bearer <key>".
+//	@description				The gateway's `ADMIN_API_KEY`, sent as `Authorization: Bearer <key>`. In Swagger UI's Authorize dialog paste the key alone.
+//	@x-oas3-http-scheme			bearer
 //
 //	@securityDefinitions.basic	ClientBasic
 //
 //	@tag.name					payments
 //	@tag.description			Create, get and list a merchant's payments. Creating is idempotent per Idempotency-Key.
 //	@tag.name					auth
-//	@tag.description			Client-credentials grant: client_id and client_secret for a short-lived access token.
+//	@tag.description			Client-credentials grant: client_id and client_secret for a short-lived access token. With HTTP Basic (ClientBasic) the client_id is the username and the client_secret the password.
 //	@tag.name					merchant
 //	@tag.description			The authenticated merchant.
 //	@tag.name					admin

@@ -21,7 +21,7 @@ import (
 	"github.com/oncepay/gateway/app/metrics"
 	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/config"
-	_ "github.com/oncepay/gateway/docs" // registers the generated spec for the Swagger UI
+	"github.com/oncepay/gateway/docs" // the OpenAPI 3 document; also registers swag's 2.0 one at /swagger/doc.json
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
@@ -236,14 +236,20 @@ func (a *App) routes() {
 		f.Get("/metrics", a.Metrics.FiberHandler())
 	}
 
-	// Swagger UI at /swagger/ (index.html) and the raw spec at
-	// /swagger/doc.json. The spec URL is fixed, and X-Forwarded-Prefix is
-	// dropped: the middleware would otherwise take its prefix, once and for
-	// everyone, from whatever the first request claimed.
+	// The published description, OpenAPI 3 (docs/openapi.json).
+	f.Get("/openapi.json", func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+		return c.Send(docs.OpenAPI)
+	})
+	// Swagger UI at /swagger/ (index.html) shows /openapi.json; swag's
+	// Swagger 2.0 source stays at /swagger/doc.json for 2.0-only tools. The
+	// spec URL is fixed, and X-Forwarded-Prefix is dropped: the middleware
+	// would otherwise take its prefix, once and for everyone, from whatever
+	// the first request claimed.
 	f.Get("/swagger/*", func(c *fiber.Ctx) error {
 		c.Request().Header.Del("X-Forwarded-Prefix")
 		return c.Next()
-	}, swagger.New(swagger.Config{URL: "/swagger/doc.json", Title: "OncePay Gateway API"}))
+	}, swagger.New(swagger.Config{URL: "/openapi.json", Title: "OncePay Gateway API"}))
 
 	th := tenants.NewHandler(a.Tenants)
 	// Provider calls are bounded by PROVIDER_TIMEOUT; the request budget

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app"
@@ -125,5 +127,61 @@ func TestGracefulShutdownDrainsInFlightRequests(t *testing.T) {
 	case <-p.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("gateway did not exit after SIGTERM")
+	}
+}
+
+// TestRequestID: a client's X-Request-ID names the request only when it is
+// 1 to 128 visible ASCII characters; otherwise the gateway makes one up and
+// logs the client's (cut and escaped) beside it.
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	logs := &apptest.SyncBuffer{}
+	a := newApp(t, logs)
+	long := strings.Repeat("a", 128)
+	cases := []struct {
+		name, sent string
+		accepted   bool
+		logged     string // client_request_id in the access log, for a refused id
+	}{
+		{"Absent", "", false, ""},
+		{"Plain", "req-1001", true, ""},
+		{"EveryVisibleCharacter", "!\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~", true, ""},
+		{"Exactly128", long, true, ""},
+		{"TooLong", long + "b", false, long},
+		{"Space", "req 1001", false, "req 1001"},
+		{"Tab", "req\t1001", false, `req\t1001`},
+		{"NotASCII", "réq", false, `r\u00e9q`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := httptest.NewRequest("GET", "/nope-"+tc.name, nil)
+			if tc.sent != "" {
+				req.Header.Set("X-Request-ID", tc.sent)
+			}
+			resp, err := a.Fiber().Test(req, -1)
+			require.NoError(t, err)
+			id := resp.Header.Get("X-Request-ID")
+			require.Equal(t, id, problemOf(t, resp)["request_id"], "the body quotes the id the header carries")
+			if tc.accepted {
+				require.Equal(t, tc.sent, id)
+			} else {
+				_, err := uuid.Parse(id)
+				require.NoError(t, err, "a generated id: %q", id)
+			}
+			var line map[string]any
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, `"path":"/nope-`+tc.name+`"`) {
+					require.NoError(t, json.Unmarshal([]byte(l), &line))
+				}
+			}
+			require.NotNil(t, line, "no access log line")
+			require.Equal(t, id, line["request_id"])
+			if tc.logged == "" {
+				require.NotContains(t, line, "client_request_id")
+			} else {
+				require.Equal(t, tc.logged, line["client_request_id"])
+			}
+		})
 	}
 }

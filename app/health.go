@@ -14,7 +14,7 @@ import (
 // HealthStatus is the body of the health endpoints.
 type HealthStatus struct {
 	Status string `json:"status" example:"ok"`
-}
+} // @name HealthStatus
 
 type health struct{ db *gorm.DB }
 
@@ -24,6 +24,7 @@ type health struct{ db *gorm.DB }
 // @Tags         health
 // @Produce      json
 // @Success      200 {object} HealthStatus
+// @ID           getLiveness
 // @Router       /healthz [get]
 func (h health) healthz(c *fiber.Ctx) error {
 	return c.JSON(HealthStatus{Status: "ok"})
@@ -36,7 +37,8 @@ func (h health) healthz(c *fiber.Ctx) error {
 // @Produce      json
 // @Produce      application/problem+json
 // @Success      200 {object} HealthStatus
-// @Failure      503 {object} problem.Problem "database unreachable (code unavailable)"
+// @Failure      503 {object} problem.Problem "unavailable: the database does not answer"
+// @ID           getReadiness
 // @Router       /readyz [get]
 func (h health) readyz(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)

@@ -3,24 +3,71 @@ package app
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
-	"github.com/gofiber/fiber/v2/middleware/requestid"
+	"github.com/gofiber/fiber/v2/utils"
 	"github.com/google/uuid"
 
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/tenants"
 )
 
+// maxRequestIDLen bounds a client's X-Request-ID: longer ones are not
+// accepted, so a client cannot make every log line carry its megabyte.
+const maxRequestIDLen = 128
+
+// refusedRequestIDKey holds, for the access log, the X-Request-ID a client
+// sent that requestID did not accept.
+type refusedRequestIDKey struct{}
+
+// requestID names the request: the client's X-Request-ID when it is 1 to
+// 128 visible ASCII characters (safe to log, echo and quote to support),
+// else a new UUID. The id is echoed in X-Request-ID, stamped on problem
+// bodies and logged; a refused client id is logged beside the new one, cut
+// and escaped, so a client's own id still finds the request.
 func requestID() fiber.Handler {
-	return requestid.New(requestid.Config{
-		Header:     fiber.HeaderXRequestID,
-		Generator:  func() string { return uuid.NewString() },
-		ContextKey: "requestid",
-	})
+	return func(c *fiber.Ctx) error {
+		// Copied: Fiber's header strings alias a buffer it reuses, and the
+		// id outlives the handler in stored replays and logs.
+		sent := utils.CopyString(c.Get(fiber.HeaderXRequestID))
+		id := sent
+		if !validRequestID(sent) {
+			id = uuid.NewString()
+			if sent != "" {
+				c.Locals(refusedRequestIDKey{}, loggableRequestID(sent))
+			}
+		}
+		c.Locals("requestid", id)
+		c.Set(fiber.HeaderXRequestID, id)
+		return c.Next()
+	}
+}
+
+// validRequestID: 1 to maxRequestIDLen visible ASCII characters (0x21-0x7E).
+func validRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// loggableRequestID is a refused id as the log shows it: its first
+// maxRequestIDLen bytes, with anything but printable ASCII escaped.
+func loggableRequestID(s string) string {
+	if len(s) > maxRequestIDLen {
+		s = s[:maxRequestIDLen]
+	}
+	q := strconv.QuoteToASCII(s)
+	return q[1 : len(q)-1]
 }
 
 // recoverer turns a panic into a 500 problem; the stack goes to the log.
@@ -72,6 +119,9 @@ func accessLog(log *slog.Logger) fiber.Handler {
 			slog.String("path", c.Path()),
 			slog.Int("status", status),
 			slog.Duration("latency", time.Since(start)),
+		}
+		if refused, ok := c.Locals(refusedRequestIDKey{}).(string); ok {
+			attrs = append(attrs, slog.String("client_request_id", refused))
 		}
 		if m := tenants.MerchantID(c); m != "" {
 			attrs = append(attrs, slog.String("merchant_id", m))

@@ -33,6 +33,7 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "List tenants",
+                "operationId": "listTenants",
                 "parameters": [
                     {
                         "maximum": 100,
@@ -54,25 +55,25 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantListResponse"
+                            "$ref": "#/definitions/TenantPage"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -95,6 +96,7 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Onboard a tenant",
+                "operationId": "createTenant",
                 "parameters": [
                     {
                         "description": "The tenant",
@@ -102,7 +104,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/tenants.CreateTenantRequest"
+                            "$ref": "#/definitions/CreateTenantRequest"
                         }
                     }
                 ],
@@ -110,7 +112,7 @@ const docTemplate = `{
                     "201": {
                         "description": "Created",
                         "schema": {
-                            "$ref": "#/definitions/tenants.CreatedTenantResponse"
+                            "$ref": "#/definitions/CreatedTenant"
                         },
                         "headers": {
                             "Location": {
@@ -122,25 +124,25 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -162,10 +164,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Get a tenant",
+                "operationId": "getTenant",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -176,25 +179,25 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -217,10 +220,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Update a tenant",
+                "operationId": "updateTenant",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -232,7 +236,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/tenants.UpdateTenantRequest"
+                            "$ref": "#/definitions/UpdateTenantRequest"
                         }
                     }
                 ],
@@ -240,37 +244,37 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -292,10 +296,11 @@ const docTemplate = `{
                     "admin"
                 ],
                 "summary": "Rotate client credentials",
+                "operationId": "rotateCredentials",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
                         "description": "Tenant id",
                         "name": "id",
                         "in": "path",
@@ -306,25 +311,25 @@ const docTemplate = `{
                     "201": {
                         "description": "Created",
                         "schema": {
-                            "$ref": "#/definitions/tenants.CredentialsResponse"
+                            "$ref": "#/definitions/Credentials"
                         }
                     },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "tenant_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -340,11 +345,12 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Liveness",
+                "operationId": "getLiveness",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/app.HealthStatus"
+                            "$ref": "#/definitions/HealthStatus"
                         }
                     }
                 }
@@ -360,6 +366,7 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Prometheus metrics",
+                "operationId": "getMetrics",
                 "responses": {
                     "200": {
                         "description": "Prometheus text exposition format",
@@ -381,17 +388,18 @@ const docTemplate = `{
                     "health"
                 ],
                 "summary": "Readiness",
+                "operationId": "getReadiness",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/app.HealthStatus"
+                            "$ref": "#/definitions/HealthStatus"
                         }
                     },
                     "503": {
-                        "description": "database unreachable (code unavailable)",
+                        "description": "unavailable: the database does not answer",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -404,7 +412,7 @@ const docTemplate = `{
                         "ClientBasic": []
                     }
                 ],
-                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer); fetch a new one before expires_in runs out or on a 401. Safe to retry: each call simply issues a new token.",
+                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic ` + "`" + `client_id:client_secret` + "`" + ` (client_secret_basic, the ClientBasic scheme), or ` + "`" + `client_id` + "`" + ` and ` + "`" + `client_secret` + "`" + ` in this form (client_secret_post); both at once is 400 ` + "`" + `invalid_request` + "`" + `. Send ` + "`" + `grant_type=client_credentials` + "`" + `. The token is a short-lived JWT for the merchant API (` + "`" + `Authorization: Bearer` + "`" + ` followed by the token); fetch a new one before ` + "`" + `expires_in` + "`" + ` runs out or on a 401. Safe to retry: each call simply issues a new token.",
                 "consumes": [
                     "application/x-www-form-urlencoded"
                 ],
@@ -416,14 +424,8 @@ const docTemplate = `{
                     "auth"
                 ],
                 "summary": "Get an access token",
+                "operationId": "issueToken",
                 "parameters": [
-                    {
-                        "type": "string",
-                        "description": "Basic base64(client_id:client_secret)",
-                        "name": "Authorization",
-                        "in": "header",
-                        "required": true
-                    },
                     {
                         "enum": [
                             "client_credentials"
@@ -433,40 +435,55 @@ const docTemplate = `{
                         "name": "grant_type",
                         "in": "formData",
                         "required": true
+                    },
+                    {
+                        "type": "string",
+                        "x-example": "",
+                        "description": "client_secret_post: the client id (leave out with HTTP Basic)",
+                        "name": "client_id",
+                        "in": "formData"
+                    },
+                    {
+                        "type": "string",
+                        "x-example": "",
+                        "description": "client_secret_post: the client secret (leave out with HTTP Basic)",
+                        "name": "client_secret",
+                        "in": "formData"
                     }
                 ],
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TokenResponse"
+                            "$ref": "#/definitions/Token"
                         }
                     },
                     "400": {
                         "description": "invalid_request, unsupported_grant_type",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_client",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
-                }
+                },
+                "x-security-optional": true
             }
         },
         "/v1/me": {
@@ -485,29 +502,30 @@ const docTemplate = `{
                     "merchant"
                 ],
                 "summary": "The authenticated tenant",
+                "operationId": "getMe",
                 "responses": {
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/tenants.TenantResponse"
+                            "$ref": "#/definitions/Tenant"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -519,7 +537,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -541,6 +559,7 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "List payments",
+                "operationId": "listPayments",
                 "parameters": [
                     {
                         "enum": [
@@ -574,31 +593,31 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.Page"
+                            "$ref": "#/definitions/PaymentPage"
                         }
                     },
                     "400": {
                         "description": "invalid_request",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -610,7 +629,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -633,12 +652,13 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "Create a payment",
+                "operationId": "createPayment",
                 "parameters": [
                     {
                         "maxLength": 255,
                         "minLength": 1,
                         "type": "string",
-                        "example": "8e03978e-40d5-43e8-bc93-6894a57f9324",
+                        "x-example": "8e03978e-40d5-43e8-bc93-6894a57f9324",
                         "description": "One key per logical payment (e.g. a UUID), 1 to 255 printable ASCII characters",
                         "name": "Idempotency-Key",
                         "in": "header",
@@ -650,7 +670,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/payments.CreateRequest"
+                            "$ref": "#/definitions/CreatePaymentRequest"
                         }
                     }
                 ],
@@ -658,7 +678,7 @@ const docTemplate = `{
                     "201": {
                         "description": "succeeded (final; replayed on retries)",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         },
                         "headers": {
                             "Idempotent-Replayed": {
@@ -674,7 +694,7 @@ const docTemplate = `{
                     "202": {
                         "description": "processing: the outcome is not known yet; retry with the same key or poll Location",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         },
                         "headers": {
                             "Location": {
@@ -690,19 +710,19 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request (with errors[]; key released), idempotency_key_missing, idempotency_key_invalid",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "402": {
                         "description": "card_declined: the provider declined (final; replayed on retries)",
                         "schema": {
-                            "$ref": "#/definitions/payments.DeclinedProblem"
+                            "$ref": "#/definitions/DeclinedProblem"
                         },
                         "headers": {
                             "Idempotent-Replayed": {
@@ -718,13 +738,13 @@ const docTemplate = `{
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "409": {
                         "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -736,25 +756,25 @@ const docTemplate = `{
                     "413": {
                         "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
                         "description": "unsupported_content_encoding: request bodies must not be compressed",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "422": {
                         "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -766,13 +786,13 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "503": {
-                        "description": "provider_unavailable: nothing was charged, the key was released; unavailable: the database could not be reached before any charge. Retry with the same key after Retry-After",
+                        "description": "provider_unavailable, unavailable: nothing was charged (provider_unavailable: the provider refused, the key was released; unavailable: the database could not be reached); retry with the same key after Retry-After",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/ProviderUnavailableProblem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -800,10 +820,11 @@ const docTemplate = `{
                     "payments"
                 ],
                 "summary": "Get a payment",
+                "operationId": "getPayment",
                 "parameters": [
                     {
                         "type": "string",
-                        "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
                         "description": "Payment id",
                         "name": "id",
                         "in": "path",
@@ -814,31 +835,31 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.View"
+                            "$ref": "#/definitions/Payment"
                         }
                     },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "403": {
                         "description": "tenant_suspended",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "payment_not_found",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "429": {
                         "description": "rate_limited (Retry-After)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -850,7 +871,7 @@ const docTemplate = `{
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     }
                 }
@@ -870,6 +891,7 @@ const docTemplate = `{
                     "webhooks"
                 ],
                 "summary": "Receive a provider webhook",
+                "operationId": "receiveWebhook",
                 "parameters": [
                     {
                         "type": "string",
@@ -890,43 +912,43 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/payments.WebhookResult"
+                            "$ref": "#/definitions/WebhookResult"
                         }
                     },
                     "400": {
                         "description": "invalid_request (unreadable event)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
                         "description": "invalid_signature",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "404": {
                         "description": "not_found (no such tenant or provider account)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "413": {
                         "description": "body_too_large",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
                         "description": "internal (the provider retries the webhook)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "503": {
                         "description": "provider_unavailable (retry later)",
                         "schema": {
-                            "$ref": "#/definitions/problem.Problem"
+                            "$ref": "#/definitions/Problem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -940,19 +962,7 @@ const docTemplate = `{
         }
     },
     "definitions": {
-        "app.HealthStatus": {
-            "type": "object",
-            "required": [
-                "status"
-            ],
-            "properties": {
-                "status": {
-                    "type": "string",
-                    "example": "ok"
-                }
-            }
-        },
-        "payments.CreateRequest": {
+        "CreatePaymentRequest": {
             "type": "object",
             "required": [
                 "amount",
@@ -986,6 +996,9 @@ const docTemplate = `{
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
                     }
                 },
                 "payment_method": {
@@ -1000,267 +1013,7 @@ const docTemplate = `{
                 }
             }
         },
-        "payments.DeclinedProblem": {
-            "type": "object",
-            "required": [
-                "code",
-                "decline_code",
-                "payment",
-                "status",
-                "title",
-                "type"
-            ],
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "example": "invalid_request"
-                },
-                "decline_code": {
-                    "type": "string",
-                    "example": "insufficient_funds"
-                },
-                "detail": {
-                    "type": "string",
-                    "example": "the request body is invalid"
-                },
-                "errors": {
-                    "type": "array",
-                    "items": {
-                        "$ref": "#/definitions/problem.FieldError"
-                    }
-                },
-                "payment": {
-                    "$ref": "#/definitions/payments.View"
-                },
-                "request_id": {
-                    "type": "string",
-                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
-                },
-                "status": {
-                    "type": "integer",
-                    "example": 400
-                },
-                "title": {
-                    "type": "string",
-                    "example": "Bad Request"
-                },
-                "type": {
-                    "type": "string",
-                    "example": "urn:oncepay:error:invalid_request"
-                }
-            }
-        },
-        "payments.Page": {
-            "type": "object",
-            "required": [
-                "data",
-                "has_more"
-            ],
-            "properties": {
-                "data": {
-                    "type": "array",
-                    "items": {
-                        "$ref": "#/definitions/payments.View"
-                    }
-                },
-                "has_more": {
-                    "type": "boolean",
-                    "example": true
-                },
-                "next_cursor": {
-                    "type": "string",
-                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"
-                }
-            }
-        },
-        "payments.Status": {
-            "type": "string",
-            "enum": [
-                "processing",
-                "succeeded",
-                "failed",
-                "requires_review"
-            ],
-            "x-enum-varnames": [
-                "StatusProcessing",
-                "StatusSucceeded",
-                "StatusFailed",
-                "StatusRequiresReview"
-            ]
-        },
-        "payments.View": {
-            "type": "object",
-            "required": [
-                "amount",
-                "attempts",
-                "created_at",
-                "currency",
-                "email",
-                "id",
-                "idempotency_key",
-                "metadata",
-                "object",
-                "provider",
-                "provider_reference",
-                "status",
-                "updated_at"
-            ],
-            "properties": {
-                "amount": {
-                    "type": "integer",
-                    "example": 5000
-                },
-                "attempts": {
-                    "type": "integer",
-                    "example": 1
-                },
-                "created_at": {
-                    "type": "string",
-                    "example": "2026-12-02T10:00:00Z"
-                },
-                "currency": {
-                    "type": "string",
-                    "example": "NGN"
-                },
-                "description": {
-                    "type": "string",
-                    "example": "Order #1001"
-                },
-                "email": {
-                    "type": "string",
-                    "example": "ada@example.com"
-                },
-                "failure_code": {
-                    "type": "string",
-                    "example": "card_declined"
-                },
-                "failure_message": {
-                    "type": "string",
-                    "example": "The card was declined."
-                },
-                "id": {
-                    "type": "string",
-                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
-                },
-                "idempotency_key": {
-                    "type": "string",
-                    "example": "8e03978e-40d5-43e8-bc93-6894a57f9324"
-                },
-                "metadata": {
-                    "type": "object"
-                },
-                "object": {
-                    "type": "string",
-                    "example": "payment"
-                },
-                "provider": {
-                    "type": "string",
-                    "example": "simulator"
-                },
-                "provider_reference": {
-                    "type": "string",
-                    "example": "op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"
-                },
-                "provider_transaction_id": {
-                    "type": "string",
-                    "example": "sim_2b6c7d8e"
-                },
-                "status": {
-                    "enum": [
-                        "processing",
-                        "succeeded",
-                        "failed",
-                        "requires_review"
-                    ],
-                    "allOf": [
-                        {
-                            "$ref": "#/definitions/payments.Status"
-                        }
-                    ],
-                    "example": "succeeded"
-                },
-                "updated_at": {
-                    "type": "string",
-                    "example": "2026-12-02T10:00:01Z"
-                }
-            }
-        },
-        "payments.WebhookResult": {
-            "type": "object",
-            "required": [
-                "status"
-            ],
-            "properties": {
-                "payment_id": {
-                    "type": "string",
-                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
-                },
-                "status": {
-                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it), or a\nSettlement (resolved, released, pending, review).",
-                    "type": "string",
-                    "example": "resolved"
-                }
-            }
-        },
-        "problem.FieldError": {
-            "type": "object",
-            "required": [
-                "field",
-                "reason"
-            ],
-            "properties": {
-                "field": {
-                    "type": "string",
-                    "example": "amount"
-                },
-                "reason": {
-                    "type": "string",
-                    "example": "must be a positive integer in minor units"
-                }
-            }
-        },
-        "problem.Problem": {
-            "type": "object",
-            "required": [
-                "code",
-                "status",
-                "title",
-                "type"
-            ],
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "example": "invalid_request"
-                },
-                "detail": {
-                    "type": "string",
-                    "example": "the request body is invalid"
-                },
-                "errors": {
-                    "type": "array",
-                    "items": {
-                        "$ref": "#/definitions/problem.FieldError"
-                    }
-                },
-                "request_id": {
-                    "type": "string",
-                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
-                },
-                "status": {
-                    "type": "integer",
-                    "example": 400
-                },
-                "title": {
-                    "type": "string",
-                    "example": "Bad Request"
-                },
-                "type": {
-                    "type": "string",
-                    "example": "urn:oncepay:error:invalid_request"
-                }
-            }
-        },
-        "tenants.CreateTenantRequest": {
+        "CreateTenantRequest": {
             "type": "object",
             "required": [
                 "default_provider",
@@ -1294,7 +1047,7 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.CreatedTenantResponse": {
+        "CreatedTenant": {
             "type": "object",
             "required": [
                 "client_id",
@@ -1318,6 +1071,7 @@ const docTemplate = `{
                 },
                 "created_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 },
                 "default_provider": {
@@ -1352,11 +1106,12 @@ const docTemplate = `{
                 },
                 "updated_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 }
             }
         },
-        "tenants.CredentialsResponse": {
+        "Credentials": {
             "type": "object",
             "required": [
                 "client_id",
@@ -1375,6 +1130,7 @@ const docTemplate = `{
                 },
                 "created_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 },
                 "tenant_id": {
@@ -1383,26 +1139,316 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.TenantListResponse": {
+        "DeclinedProblem": {
             "type": "object",
             "required": [
-                "data"
+                "code",
+                "decline_code",
+                "payment",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "decline_code": {
+                    "type": "string",
+                    "example": "insufficient_funds"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "payment": {
+                    "$ref": "#/definitions/Payment"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
+        "FieldError": {
+            "type": "object",
+            "required": [
+                "field",
+                "reason"
+            ],
+            "properties": {
+                "field": {
+                    "type": "string",
+                    "example": "amount"
+                },
+                "reason": {
+                    "type": "string",
+                    "example": "must be a positive integer in minor units"
+                }
+            }
+        },
+        "HealthStatus": {
+            "type": "object",
+            "required": [
+                "status"
+            ],
+            "properties": {
+                "status": {
+                    "type": "string",
+                    "example": "ok"
+                }
+            }
+        },
+        "Payment": {
+            "type": "object",
+            "required": [
+                "amount",
+                "attempts",
+                "created_at",
+                "currency",
+                "email",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "provider",
+                "provider_reference",
+                "status",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 5000
+                },
+                "attempts": {
+                    "type": "integer",
+                    "example": 1
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "description": {
+                    "type": "string",
+                    "example": "Order #1001"
+                },
+                "email": {
+                    "type": "string",
+                    "example": "ada@example.com"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "card_declined"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The card was declined."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "8e03978e-40d5-43e8-bc93-6894a57f9324"
+                },
+                "metadata": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
+                    }
+                },
+                "object": {
+                    "type": "string",
+                    "example": "payment"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"
+                },
+                "provider_transaction_id": {
+                    "type": "string",
+                    "example": "sim_2b6c7d8e"
+                },
+                "status": {
+                    "enum": [
+                        "processing",
+                        "succeeded",
+                        "failed",
+                        "requires_review"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/PaymentStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:01Z"
+                }
+            }
+        },
+        "PaymentPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
             ],
             "properties": {
                 "data": {
                     "type": "array",
                     "items": {
-                        "$ref": "#/definitions/tenants.TenantResponse"
+                        "$ref": "#/definitions/Payment"
                     }
                 },
+                "has_more": {
+                    "type": "boolean",
+                    "example": true
+                },
                 "next_cursor": {
-                    "description": "NextCursor is passed as ?cursor= for the next page; absent on the\nlast page.",
                     "type": "string",
-                    "example": "MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"
+                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"
                 }
             }
         },
-        "tenants.TenantResponse": {
+        "PaymentStatus": {
+            "type": "string",
+            "enum": [
+                "processing",
+                "succeeded",
+                "failed",
+                "requires_review"
+            ],
+            "x-enum-varnames": [
+                "StatusProcessing",
+                "StatusSucceeded",
+                "StatusFailed",
+                "StatusRequiresReview"
+            ]
+        },
+        "Problem": {
+            "type": "object",
+            "required": [
+                "code",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
+        "ProviderUnavailableProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "payment_id",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
+        "Tenant": {
             "type": "object",
             "required": [
                 "created_at",
@@ -1416,6 +1462,7 @@ const docTemplate = `{
             "properties": {
                 "created_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 },
                 "default_provider": {
@@ -1450,11 +1497,31 @@ const docTemplate = `{
                 },
                 "updated_at": {
                     "type": "string",
+                    "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
                 }
             }
         },
-        "tenants.TokenResponse": {
+        "TenantPage": {
+            "type": "object",
+            "required": [
+                "data"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/Tenant"
+                    }
+                },
+                "next_cursor": {
+                    "description": "NextCursor is passed as ?cursor= for the next page; absent on the\nlast page.",
+                    "type": "string",
+                    "example": "MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"
+                }
+            }
+        },
+        "Token": {
             "type": "object",
             "required": [
                 "access_token",
@@ -1476,7 +1543,7 @@ const docTemplate = `{
                 }
             }
         },
-        "tenants.UpdateTenantRequest": {
+        "UpdateTenantRequest": {
             "type": "object",
             "properties": {
                 "default_provider": {
@@ -1505,20 +1572,40 @@ const docTemplate = `{
                     "example": "suspended"
                 }
             }
+        },
+        "WebhookResult": {
+            "type": "object",
+            "required": [
+                "status"
+            ],
+            "properties": {
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                },
+                "status": {
+                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it), or a\nSettlement (resolved, released, pending, review).",
+                    "type": "string",
+                    "example": "resolved"
+                }
+            }
         }
     },
     "securityDefinitions": {
         "AdminKey": {
-            "description": "The gateway's ADMIN_API_KEY, sent as \"Bearer \u003ckey\u003e\".",
+            "description": "The gateway's ` + "`" + `ADMIN_API_KEY` + "`" + `, sent as ` + "`" + `Authorization: Bearer \u003ckey\u003e` + "`" + `. In Swagger UI's Authorize dialog paste the key alone.",
             "type": "apiKey",
             "name": "Authorization",
-            "in": "header"
+            "in": "header",
+            "x-oas3-http-scheme": "bearer"
         },
         "BearerAuth": {
-            "description": "Merchant access token from POST /v1/auth/token, sent as \"Bearer \u003ctoken\u003e\".",
+            "description": "Merchant access token from ` + "`" + `POST /v1/auth/token` + "`" + `, sent as ` + "`" + `Authorization: Bearer \u003ctoken\u003e` + "`" + `. In Swagger UI's Authorize dialog paste the ` + "`" + `access_token` + "`" + ` alone.",
             "type": "apiKey",
             "name": "Authorization",
-            "in": "header"
+            "in": "header",
+            "x-oas3-bearer-format": "JWT",
+            "x-oas3-http-scheme": "bearer"
         },
         "ClientBasic": {
             "type": "basic"
@@ -1530,7 +1617,7 @@ const docTemplate = `{
             "name": "payments"
         },
         {
-            "description": "Client-credentials grant: client_id and client_secret for a short-lived access token.",
+            "description": "Client-credentials grant: client_id and client_secret for a short-lived access token. With HTTP Basic (ClientBasic) the client_id is the username and the client_secret the password.",
             "name": "auth"
         },
         {
@@ -1559,7 +1646,7 @@ var SwaggerInfo = &swag.Spec{
 	BasePath:         "/",
 	Schemes:          []string{"http", "https"},
 	Title:            "OncePay Gateway API",
-	Description:      "Multi-tenant payments gateway. Merchants' apps charge their customers through a payment provider; a retried payment is charged at most once and every accepted payment reaches a known final state.\n\n**Idempotency.** Every mutating merchant route (POST /v1/payments) requires an `Idempotency-Key` header: one key per logical payment, 1 to 255 printable ASCII characters, scoped to the merchant. Retry with the same key and the byte-identical body until you get a final answer: a finished request is replayed byte for byte with `Idempotent-Replayed: true`; a retry while the first request still runs is 409 `idempotency_key_in_use` with `Retry-After`; the same key with another body is 422 `idempotency_key_mismatch`; 202 means the outcome is not known yet (retry with the same key, or poll `Location`).\n\n**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.\n\n**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at POST /v1/auth/token (HTTP Basic, client-credentials grant) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).",
+	Description:      "Multi-tenant payments gateway. Merchants' apps charge their customers through a payment provider; a retried payment is charged at most once and every accepted payment reaches a known final state.\n\n**Idempotency.** Every mutating merchant route (POST /v1/payments) requires an `Idempotency-Key` header: one key per logical payment, 1 to 255 printable ASCII characters, scoped to the merchant. Retry with the same key and the byte-identical body until you get a final answer: a finished request is replayed byte for byte with `Idempotent-Replayed: true`; a retry while the first request still runs is 409 `idempotency_key_in_use` with `Retry-After`; the same key with another body is 422 `idempotency_key_mismatch`; 202 means the outcome is not known yet (retry with the same key, or poll `Location`).\n\n**Errors** are RFC 9457 `application/problem+json` with a stable `code`; switch on `code`, never on `detail`. **Money** is an integer amount in minor units (kobo, cents) with an ISO 4217 currency.\n\n**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at `POST /v1/auth/token` (client-credentials grant; HTTP Basic or `client_id` and `client_secret` in the form) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).\n\n**Request ids.** Every answer carries `X-Request-Id`, also in problem bodies as `request_id`: the client's own `X-Request-Id` when it is 1 to 128 visible ASCII characters, else one the gateway made. Quote it to support.",
 	InfoInstanceName: "swagger",
 	SwaggerTemplate:  docTemplate,
 	LeftDelim:        "{{",

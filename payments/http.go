@@ -60,7 +60,7 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 // @Produce      json
 // @Produce      application/problem+json
 // @Security     BearerAuth
-// @Param        Idempotency-Key header string true "One key per logical payment (e.g. a UUID), 1 to 255 printable ASCII characters" minLength(1) maxLength(255) example(8e03978e-40d5-43e8-bc93-6894a57f9324)
+// @Param        Idempotency-Key header string true "One key per logical payment (e.g. a UUID), 1 to 255 printable ASCII characters" minLength(1) maxLength(255) extensions(x-example=8e03978e-40d5-43e8-bc93-6894a57f9324)
 // @Param        request body CreateRequest true "The payment"
 // @Success      201 {object} View "succeeded (final; replayed on retries)"
 // @Success      202 {object} View "processing: the outcome is not known yet; retry with the same key or poll Location"
@@ -74,10 +74,11 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "provider_unavailable: nothing was charged, the key was released; unavailable: the database could not be reached before any charge. Retry with the same key after Retry-After"
+// @Failure      503 {object} UnavailableProblem "provider_unavailable, unavailable: nothing was charged (provider_unavailable: the provider refused, the key was released; unavailable: the database could not be reached); retry with the same key after Retry-After"
 // @Header       201,202,402 {string} Location "/v1/payments/{id}"
 // @Header       201,402 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
 // @Header       202,409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
+// @ID           createPayment
 // @Router       /v1/payments [post]
 func (h *Handler) create(c *fiber.Ctx) error {
 	m, err := h.caller(c)
@@ -102,7 +103,15 @@ type DeclinedProblem struct {
 	problem.Problem
 	DeclineCode string `json:"decline_code" example:"insufficient_funds"`
 	Payment     View   `json:"payment"`
-}
+} // @name DeclinedProblem
+
+// UnavailableProblem documents the 503 body of a create: the provider
+// certainly did not charge and the key was released; payment_id is the
+// payment row the key keeps, which a retry with the same key reuses.
+type UnavailableProblem struct {
+	problem.Problem
+	PaymentID string `json:"payment_id" example:"pay_01hv8m3k2c7r9t5w4x6y8z0a1b"`
+} // @name ProviderUnavailableProblem
 
 // get godoc
 // @Summary      Get a payment
@@ -114,7 +123,7 @@ type DeclinedProblem struct {
 // @Produce      json
 // @Produce      application/problem+json
 // @Security     BearerAuth
-// @Param        id path string true "Payment id" example(pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Param        id path string true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
 // @Success      200 {object} View
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
@@ -122,6 +131,7 @@ type DeclinedProblem struct {
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Header       429 {integer} Retry-After "seconds"
+// @ID           getPayment
 // @Router       /v1/payments/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
 	m, err := h.caller(c)
@@ -147,7 +157,7 @@ type Page struct {
 	Data       []View `json:"data"`
 	HasMore    bool   `json:"has_more" example:"true"`
 	NextCursor string `json:"next_cursor,omitempty" example:"MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"`
-}
+} // @name PaymentPage
 
 // list godoc
 // @Summary      List payments
@@ -166,6 +176,7 @@ type Page struct {
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Header       429 {integer} Retry-After "seconds"
+// @ID           listPayments
 // @Router       /v1/payments [get]
 func (h *Handler) list(c *fiber.Ctx) error {
 	m, err := h.caller(c)

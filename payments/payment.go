@@ -17,7 +17,7 @@ import (
 )
 
 // Status is the state of a payment.
-type Status string
+type Status string // @name PaymentStatus
 
 // Payment states. processing is the only non-final one; requires_review is
 // a processing payment the provider would not settle within REVIEW_AFTER.
@@ -118,12 +118,12 @@ type View struct {
 	FailureMessage        string          `json:"failure_message,omitempty" example:"The card was declined."`
 	Email                 string          `json:"email" example:"ada@example.com"`
 	Description           string          `json:"description,omitempty" example:"Order #1001"`
-	Metadata              json.RawMessage `json:"metadata" swaggertype:"object"`
+	Metadata              json.RawMessage `json:"metadata" swaggertype:"object,string" example:"order_id:1001"`
 	IdempotencyKey        string          `json:"idempotency_key" example:"8e03978e-40d5-43e8-bc93-6894a57f9324"`
 	Attempts              int             `json:"attempts" example:"1"`
-	CreatedAt             time.Time       `json:"created_at" example:"2026-12-02T10:00:00Z"`
-	UpdatedAt             time.Time       `json:"updated_at" example:"2026-12-02T10:00:01Z"`
-}
+	CreatedAt             time.Time       `json:"created_at" format:"date-time" example:"2026-12-02T10:00:00Z"`
+	UpdatedAt             time.Time       `json:"updated_at" format:"date-time" example:"2026-12-02T10:00:01Z"`
+} // @name Payment
 
 // View renders the payment for the API.
 func (p *Payment) View() View {

@@ -30,8 +30,8 @@ type CreateRequest struct {
 	// Description is free text shown to the merchant.
 	Description string `json:"description,omitempty" example:"Order #1001"`
 	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
+	Metadata map[string]string `json:"metadata,omitempty" example:"order_id:1001"`
+} // @name CreatePaymentRequest
 
 // Limits of a payment request.
 const (

@@ -20,7 +20,7 @@ type WebhookResult struct {
 	// Settlement (resolved, released, pending, review).
 	Status    string `json:"status" example:"resolved"`
 	PaymentID string `json:"payment_id,omitempty" example:"pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"`
-}
+} // @name WebhookResult
 
 // HandleWebhook authenticates a provider's webhook for a tenant by its
 // signature under that tenant's provider secret, and settles the payment it
@@ -122,6 +122,7 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
 // @Failure      503 {object} problem.Problem "provider_unavailable (retry later)"
 // @Header       503 {integer} Retry-After "seconds"
+// @ID           receiveWebhook
 // @Router       /v1/webhooks/{provider}/{tenant_id} [post]
 func (h *Handler) webhook(c *fiber.Ctx) error {
 	header := http.Header{}

@@ -63,7 +63,7 @@ type CreateTenantRequest struct {
 	Status          string                       `json:"status,omitempty" enums:"active,suspended" example:"active"`
 	DefaultProvider string                       `json:"default_provider" example:"simulator"`
 	Providers       map[string]map[string]string `json:"providers,omitempty"`
-}
+} // @name CreateTenantRequest
 
 // String redacts the provider secrets.
 func (r CreateTenantRequest) String() string { return "tenants.CreateTenantRequest{redacted}" }
@@ -82,7 +82,7 @@ type UpdateTenantRequest struct {
 	Status          *string                      `json:"status,omitempty" enums:"active,suspended" example:"suspended"`
 	DefaultProvider *string                      `json:"default_provider,omitempty" example:"paystack"`
 	Providers       map[string]map[string]string `json:"providers,omitempty"`
-}
+} // @name UpdateTenantRequest
 
 // String redacts the provider secrets.
 func (r UpdateTenantRequest) String() string { return "tenants.UpdateTenantRequest{redacted}" }
@@ -100,9 +100,9 @@ type TenantResponse struct {
 	Status          string    `json:"status" enums:"active,suspended" example:"active"`
 	DefaultProvider string    `json:"default_provider" example:"simulator"`
 	Providers       []string  `json:"providers" example:"paystack,simulator"`
-	CreatedAt       time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
-	UpdatedAt       time.Time `json:"updated_at" example:"2025-01-02T15:04:05Z"`
-}
+	CreatedAt       time.Time `json:"created_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+	UpdatedAt       time.Time `json:"updated_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+} // @name Tenant
 
 // CreatedTenantResponse is a new tenant with its first credentials; the
 // client secret is shown here once and cannot be read again.
@@ -110,7 +110,7 @@ type CreatedTenantResponse struct {
 	TenantResponse
 	ClientID     string `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
 	ClientSecret string `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
-}
+} // @name CreatedTenant
 
 // String redacts the client secret.
 func (r CreatedTenantResponse) String() string {
@@ -130,8 +130,8 @@ type CredentialsResponse struct {
 	TenantID     string    `json:"tenant_id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
 	ClientID     string    `json:"client_id" example:"cli_9a8b7c6d5e4f3a2b1c0d9e8f"`
 	ClientSecret string    `json:"client_secret" example:"sk_Vb3k0cQ2m9Xr7Yt1Hn5Lp8Ws4Ej6Fa0Zd2Gu7Ki9Oq1"`
-	CreatedAt    time.Time `json:"created_at" example:"2025-01-02T15:04:05Z"`
-}
+	CreatedAt    time.Time `json:"created_at" format:"date-time" example:"2025-01-02T15:04:05Z"`
+} // @name Credentials
 
 // String redacts the client secret.
 func (r CredentialsResponse) String() string {
@@ -152,14 +152,14 @@ type TenantListResponse struct {
 	// NextCursor is passed as ?cursor= for the next page; absent on the
 	// last page.
 	NextCursor string `json:"next_cursor,omitempty" example:"MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"`
-}
+} // @name TenantPage
 
 // TokenResponse is an OAuth 2.0 access token response (RFC 6749 §5.1).
 type TokenResponse struct {
 	AccessToken string `json:"access_token" example:"eyJhbGciOiJIUzI1NiIsImtpZCI6IjNmYTg1ZjY0NTc1YmI3ZTQiLCJ0eXAiOiJKV1QifQ.e30.sig"`
 	TokenType   string `json:"token_type" example:"Bearer"`
 	ExpiresIn   int    `json:"expires_in" example:"900"`
-}
+} // @name Token
 
 // String redacts the token.
 func (r TokenResponse) String() string { return "tenants.TokenResponse{redacted}" }
@@ -197,6 +197,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				createTenant
 //	@Router			/admin/v1/tenants [post]
 func (h *Handler) createTenant(c *fiber.Ctx) error {
 	var req CreateTenantRequest
@@ -230,6 +231,7 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				listTenants
 //	@Router			/admin/v1/tenants [get]
 func (h *Handler) listTenants(c *fiber.Ctx) error {
 	p := ListParams{Cursor: utils.CopyString(c.Query("cursor"))}
@@ -261,12 +263,13 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Tags			admin
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id	path		string	true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		200	{object}	TenantResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				getTenant
 //	@Router			/admin/v1/tenants/{id} [get]
 func (h *Handler) getTenant(c *fiber.Ctx) error {
 	t, err := h.svc.Get(c.UserContext(), utils.CopyString(c.Params("id")))
@@ -284,7 +287,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Accept			json
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id		path		string				true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id		path		string				true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Param			body	body		UpdateTenantRequest	true	"The changes"
 //	@Success		200		{object}	TenantResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
@@ -293,6 +296,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				updateTenant
 //	@Router			/admin/v1/tenants/{id} [patch]
 func (h *Handler) updateTenant(c *fiber.Ctx) error {
 	var req UpdateTenantRequest
@@ -315,12 +319,13 @@ func (h *Handler) updateTenant(c *fiber.Ctx) error {
 //	@Tags			admin
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			id	path		string	true	"Tenant id"	example(ten_5f2b9c0e4d1a7b3c8e6f0a12)
+//	@Param			id	path		string	true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		201	{object}	CredentialsResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Security		AdminKey
+//	@ID				rotateCredentials
 //	@Router			/admin/v1/tenants/{id}/credentials [post]
 func (h *Handler) rotateCredentials(c *fiber.Ctx) error {
 	creds, err := h.svc.RotateCredentials(c.UserContext(), utils.CopyString(c.Params("id")))
@@ -347,19 +352,22 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 // issueToken is the OAuth 2.0 client-credentials grant.
 //
 //	@Summary		Get an access token
-//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4): authenticate with HTTP Basic client_id:client_secret and send grant_type=client_credentials. The token is a short-lived JWT for the merchant API (Authorization: Bearer); fetch a new one before expires_in runs out or on a 401. Safe to retry: each call simply issues a new token.
+//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+//	@ID				issueToken
 //	@Tags			auth
 //	@Accept			x-www-form-urlencoded
 //	@Produce		json
 //	@Produce		application/problem+json
-//	@Param			Authorization	header		string	true	"Basic base64(client_id:client_secret)"
 //	@Param			grant_type		formData	string	true	"Grant type"	Enums(client_credentials)
+//	@Param			client_id		formData	string	false	"client_secret_post: the client id (leave out with HTTP Basic)"		extensions(x-example=)
+//	@Param			client_secret	formData	string	false	"client_secret_post: the client secret (leave out with HTTP Basic)"	extensions(x-example=)
 //	@Success		200				{object}	TokenResponse
 //	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
 //	@Failure		401				{object}	problem.Problem	"invalid_client"
 //	@Failure		403				{object}	problem.Problem	"tenant_suspended"
 //	@Failure		500				{object}	problem.Problem	"internal"
 //	@Security		ClientBasic
+//	@x-security-optional	true
 //	@Router			/v1/auth/token [post]
 func (h *Handler) issueToken(c *fiber.Ctx) error {
 	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
@@ -375,10 +383,24 @@ func (h *Handler) issueToken(c *fiber.Ctx) error {
 		return problem.New(fiber.StatusBadRequest, "invalid_request", "grant_type must be sent once")
 	case string(grants[0]) != "client_credentials":
 		return problem.New(fiber.StatusBadRequest, "unsupported_grant_type", "only grant_type=client_credentials is supported")
-	case args.Has("client_secret") || args.Has("client_id"):
-		return problem.New(fiber.StatusBadRequest, "invalid_request", "send the client credentials with HTTP Basic authentication, not in the body")
 	}
-	id, secret, ok := parseBasicAuth(c.Get(fiber.HeaderAuthorization))
+	formID, formSecret, inForm, p := formCredentials(args.PeekMulti)
+	if p != nil {
+		return p
+	}
+	header := c.Get(fiber.HeaderAuthorization)
+	var id, secret string
+	var ok bool
+	switch {
+	case inForm && header != "":
+		// RFC 6749 §2.3.1: a client MUST NOT use more than one method.
+		return problem.New(fiber.StatusBadRequest, "invalid_request",
+			"authenticate the client one way: HTTP Basic or client_id and client_secret in the body, not both")
+	case inForm:
+		id, secret, ok = formID, formSecret, formID != "" && formSecret != ""
+	default:
+		id, secret, ok = parseBasicAuth(header)
+	}
 	if !ok {
 		return invalidClient(c)
 	}
@@ -391,6 +413,27 @@ func (h *Handler) issueToken(c *fiber.Ctx) error {
 	}
 	noStore(c)
 	return c.JSON(TokenResponse{AccessToken: tok.AccessToken, TokenType: tok.TokenType, ExpiresIn: int(tok.ExpiresIn / time.Second)})
+}
+
+// formCredentials reads client_secret_post credentials from the form.
+// An empty field counts as absent (forms, Swagger UI's among them, send
+// empty fields); inForm is true when either field has a value. Each field
+// may come once and is bounded like the Basic header.
+func formCredentials(peek func(key string) [][]byte) (id, secret string, inForm bool, p *problem.Problem) {
+	var vals [2]string
+	for i, name := range [2]string{"client_id", "client_secret"} {
+		vs := peek(name)
+		if len(vs) > 1 {
+			return "", "", false, problem.New(fiber.StatusBadRequest, "invalid_request", name+" must be sent once")
+		}
+		if len(vs) == 1 {
+			if len(vs[0]) > maxBasicLen {
+				return "", "", false, problem.New(fiber.StatusBadRequest, "invalid_request", name+" is too long")
+			}
+			vals[i] = string(vs[0])
+		}
+	}
+	return vals[0], vals[1], vals[0] != "" || vals[1] != "", nil
 }
 
 func invalidClient(c *fiber.Ctx) error {
@@ -518,6 +561,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Failure		500	{object}	problem.Problem	"internal"
 //	@Header			429	{integer}	Retry-After	"seconds"
 //	@Security		BearerAuth
+//	@ID				getMe
 //	@Router			/v1/me [get]
 func (h *Handler) me(c *fiber.Ctx) error {
 	t, ok := CurrentTenant(c)

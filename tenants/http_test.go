@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -337,7 +338,14 @@ func TestTokenEndpointErrors(t *testing.T) {
 		{"MissingGrantType", form, "scope=x", basic(cid, secret), 400, "invalid_request"},
 		{"DuplicateGrantType", form, "grant_type=client_credentials&grant_type=client_credentials", basic(cid, secret), 400, "invalid_request"},
 		{"PasswordGrant", form, "grant_type=password", basic(cid, secret), 400, "unsupported_grant_type"},
-		{"CredentialsInBody", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret, "", 400, "invalid_request"},
+		{"BodyAndBasic", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret, basic(cid, secret), 400, "invalid_request"},
+		{"BodySecretAndBasic", form, "grant_type=client_credentials&client_secret=" + secret, basic(cid, secret), 400, "invalid_request"},
+		{"DuplicateClientID", form, "grant_type=client_credentials&client_id=" + cid + "&client_id=" + cid + "&client_secret=" + secret, "", 400, "invalid_request"},
+		{"OverlongBodySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + strings.Repeat("x", 2000), "", 400, "invalid_request"},
+		{"BodyWithoutSecret", form, "grant_type=client_credentials&client_id=" + cid, "", 401, "invalid_client"},
+		{"BodyWithEmptySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=", "", 401, "invalid_client"},
+		{"BodyWrongSecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret + "x", "", 401, "invalid_client"},
+		{"BodySuspendedTenant", form, "grant_type=client_credentials&client_id=" + cid2 + "&client_secret=" + secret2, "", 403, "tenant_suspended"},
 		{"MissingBasic", form, "grant_type=client_credentials", "", 401, "invalid_client"},
 		{"GarbledBasic", form, "grant_type=client_credentials", "Basic %%%", 401, "invalid_client"},
 		{"BasicWithoutColon", form, "grant_type=client_credentials", "Basic Y2xpX3g=", 401, "invalid_client"},
@@ -363,6 +371,32 @@ func TestTokenEndpointErrors(t *testing.T) {
 		})
 	}
 	_ = id
+}
+
+// TestTokenClientSecretPost: the credentials may come in the form body
+// instead of HTTP Basic (RFC 6749 §2.3.1), and empty form fields beside
+// HTTP Basic are no second method (Swagger UI sends them).
+func TestTokenClientSecretPost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, cid, secret := e.onboard(simpleTenant)
+	form := []string{"Content-Type", "application/x-www-form-urlencoded"}
+	for _, tc := range []struct {
+		name, body string
+		headers    []string
+	}{
+		{"InBody", "grant_type=client_credentials&client_id=" + url.QueryEscape(cid) + "&client_secret=" + url.QueryEscape(secret), form},
+		{"BasicWithEmptyFormFields", "grant_type=client_credentials&client_id=&client_secret=", append(form, "Authorization", basic(cid, secret))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := e.do("POST", "/v1/auth/token", tc.body, tc.headers...)
+			require.Equal(t, 200, r.status, string(r.body))
+			tok := r.json(t)["access_token"].(string)
+			require.Equal(t, 200, e.me(tok).status)
+			require.Equal(t, "no-store", r.header.Get("Cache-Control"))
+		})
+	}
 }
 
 func TestPatchTenant(t *testing.T) {

@@ -186,6 +186,7 @@ func (m *Metrics) Handler() http.Handler {
 // @Tags         health
 // @Produce      plain
 // @Success      200 {string} string "Prometheus text exposition format"
+// @ID           getMetrics
 // @Router       /metrics [get]
 func (m *Metrics) FiberHandler() fiber.Handler { return adaptor.HTTPHandler(m.Handler()) }
 

@@ -21,7 +21,7 @@ const ContentType = "application/problem+json"
 type FieldError struct {
 	Field  string `json:"field" example:"amount"`
 	Reason string `json:"reason" example:"must be a positive integer in minor units"`
-}
+} // @name FieldError
 
 // Problem is an RFC 9457 problem detail. It is also an error, so handlers
 // can simply return it.
@@ -38,7 +38,7 @@ type Problem struct {
 	Extensions map[string]any `json:"-"`
 	// RetryAfter, when positive, is sent as the Retry-After header (seconds).
 	RetryAfter int `json:"-"`
-}
+} // @name Problem
 
 // New builds a problem with the standard title for status.
 func New(status int, code, detail string) *Problem {

@@ -1,0 +1,211 @@
+package apicheck_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+)
+
+// repoRoot is the gateway's checkout (this module is docs/apicheck in it).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(root, "README.md"))
+	return root
+}
+
+// skipMarker, on the line before a fence, keeps a block out of the run.
+const skipMarker = "<!-- readme-test: skip"
+
+// codeBlock is a fenced block of a Markdown file.
+type codeBlock struct {
+	Line int // of its opening fence
+	Code string
+}
+
+// fencedBlocks are the blocks fenced as ```lang, but those after a
+// skipMarker line.
+func fencedBlocks(t *testing.T, path, lang string) []codeBlock {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var blocks []codeBlock
+	var cur *codeBlock
+	prev, n := "", 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		n++
+		switch {
+		case cur != nil && strings.TrimSpace(line) == "```":
+			blocks = append(blocks, *cur)
+			cur = nil
+		case cur != nil:
+			cur.Code += line + "\n"
+		case strings.TrimSpace(line) == "```"+lang && !strings.HasPrefix(strings.TrimSpace(prev), skipMarker):
+			cur = &codeBlock{Line: n}
+		}
+		if strings.TrimSpace(line) != "" {
+			prev = line
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.Nil(t, cur, "%s: a block is not closed", path)
+	return blocks
+}
+
+// makeRun starts `make run` in the checkout as a developer would, on its
+// own data directory and a free port, and stops it when the test ends.
+func makeRun(t *testing.T, root, dataDir string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	cmd := exec.Command("make", "--no-print-directory", "run")
+	cmd.Dir = root
+	cmd.Env = []string{"GATEWAY_ADDR=" + addr, "DATA_DIR=" + dataDir}
+	for _, kv := range os.Environ() {
+		// The developer's environment, but not a database or settings of
+		// theirs: make run is SQLite and the defaults.
+		if name, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(name, "GATEWAY_") && name != "DATABASE_URL" &&
+			name != "DATA_DIR" && name != "ADMIN_API_KEY" && name != "JWT_SECRET" && name != "MASTER_KEY" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out := &apptest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make, go run and the gateway: one group to stop
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("make run printed:\n%s", out.String())
+		}
+	})
+	// The first run compiles the gateway.
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("make run exited:\n%s", out.String())
+		default:
+		}
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("make run did not become healthy:\n%s", out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Contains(t, out.String(), "Admin API key (development): ", "make run prints the admin key")
+	return addr
+}
+
+// TestREADMERunsAsPasted runs every sh block of README.md, in order, in
+// one bash, against a fresh `make run` (only localhost:8080 becomes the
+// test's port), and checks what the walkthrough promises.
+func TestREADMERunsAsPasted(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl", "jq", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing: .ci/run installs it", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	root := repoRoot(t)
+	blocks := fencedBlocks(t, filepath.Join(root, "README.md"), "sh")
+	require.GreaterOrEqual(t, len(blocks), 8, "the walkthrough's blocks")
+
+	work := t.TempDir() // the reader's directory: data/ is where make run keeps its secrets
+	addr := makeRun(t, root, filepath.Join(work, "data"))
+
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n")
+	for _, b := range blocks {
+		fmt.Fprintf(&script, "echo '>>> README.md:%d' >&2\n", b.Line)
+		script.WriteString(strings.ReplaceAll(b.Code, "localhost:8080", addr))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "LANG=C.UTF-8"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the README's shell blocks, as pasted, failed:\n%s", out)
+	t.Logf("the walkthrough printed:\n%s", out)
+
+	text := string(out)
+	for _, want := range []string{
+		"HTTP/1.1 201 Created",      // step 3
+		"Idempotent-Replayed: true", // the replay
+		"idempotency_key_mismatch",  // the same key, another body
+		"HTTP/1.1 202 Accepted",     // step 4
+		`"status": "succeeded"`,     // step 5
+		`"tenant_suspended"`,        // the admin's day
+		`"invalid_token"`,           // a token of the rotated credential
+		`"Ada Stores"`,              // the new one works
+	} {
+		require.Contains(t, text, want)
+	}
+	require.NotContains(t, text, "jq: error", "a need failed")
+}
+
+// TestClientREADMEExampleRuns builds payments/client's README example as a
+// program of its own and runs it against a real gateway.
+func TestClientREADMEExampleRuns(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	blocks := fencedBlocks(t, filepath.Join(root, "payments", "client", "README.md"), "go")
+	require.Len(t, blocks, 1, "the example program")
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(blocks[0].Code), 0o644))
+	gomod := "module readmeexample\n\ngo 1.26.0\n\nrequire github.com/oncepay/gateway v0.0.0\n\nreplace github.com/oncepay/gateway => " + root + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
+
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "-mod=mod", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "ONCEPAY_URL="+g.URL, "ONCEPAY_CLIENT_ID="+m.ClientID, "ONCEPAY_CLIENT_SECRET="+m.ClientSecret)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the example failed:\n%s", out)
+	require.Contains(t, string(out), "paid: pay_")
+	require.Contains(t, string(out), " 5000 NGN succeeded", "the listing")
+}
