@@ -3,6 +3,7 @@ package idempotency
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -111,7 +112,8 @@ func Middleware(cfg Config) fiber.Handler {
 		}
 		merchantID = utils.CopyString(merchantID)
 		// The hash is computed now, so Fiber's reused buffers are never kept.
-		hash := Fingerprint(c.Method(), c.Path(), c.Body())
+		route := normalPath(c.Path())
+		hash := Fingerprint(c.Method(), route, c.Body())
 		ctx := c.UserContext()
 		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
@@ -131,10 +133,11 @@ func Middleware(cfg Config) fiber.Handler {
 			return unavailable(c, log, "claim", err)
 		}
 		if rec == nil {
+			claim.LegacyHash = legacyFingerprint(c.Method(), route, c.Body())
 			observe(OutcomeClaimed)
 			return run(c, s, claim, observe, log)
 		}
-		if !SameRequest(rec.RequestHash, hash, c.Method(), c.Path(), c.Body()) {
+		if !SameRequest(rec.RequestHash, hash, c.Method(), route, c.Body()) {
 			observe(OutcomeMismatch)
 			return Mismatch(c)
 		}
@@ -158,10 +161,22 @@ func Middleware(cfg Config) fiber.Handler {
 			return inUse(c)
 		}
 		claim.RequestHash = hash
+		claim.LegacyHash = legacyFingerprint(c.Method(), route, c.Body())
 		observe(OutcomeTakenOver)
 		log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
 		return run(c, s, claim, observe, log)
 	}
+}
+
+// normalPath is the request path as the router matches it (Fiber's
+// default routing ignores case and a trailing slash), so /v1/payments/
+// and /V1/Payments are the same request as /v1/payments. Every id the
+// gateway issues is lower case.
+func normalPath(p string) string {
+	if len(p) > 1 {
+		p = strings.TrimRight(p, "/")
+	}
+	return strings.ToLower(p)
 }
 
 // Mismatch answers a request that reuses a key for another request.

@@ -104,8 +104,10 @@ type Claim struct {
 	Token      string
 	// RequestHash is the fingerprint of the request the key belongs to,
 	// when the claimer knows it (a request's claim or takeover; not the
-	// sweeper's).
+	// sweeper's), and LegacyHash the same request's fingerprint as it was
+	// computed before canonical bodies, for records stored back then.
 	RequestHash string
+	LegacyHash  string
 	// SinceAttempt is how long ago, by the database's clock, a request
 	// last sent the work out: zero for a fresh claim or a retry's
 	// takeover, the age of the last attempt for a settler's takeover.
@@ -235,10 +237,11 @@ type TakeOverParams struct {
 	Lease      time.Duration
 	// RequestHash, when set, makes this the retry of the request with that
 	// fingerprint: it wins only if the key still belongs to that request
-	// (it may have been released and claimed by another body meanwhile),
-	// and it counts as a new attempt (attempted_at moves to now), since
-	// the retry sends the work out again. Settlers that only look up
-	// leave it empty.
+	// (it may have been released and claimed by another body meanwhile).
+	// Taking over is not yet an attempt: the new owner calls
+	// MarkAttempt when it actually sends the work out again, so one that
+	// only looks up leaves the last attempt's age (Claim.SinceAttempt) as
+	// it was.
 	RequestHash string
 	// Every, when positive, rate-limits lookups by pollers: the key is
 	// taken only if no TakeOver with Every took it within that long, and
@@ -262,8 +265,6 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 	where := "merchant_id = ? AND key = ? AND status = ? AND locked_until < ?"
 	whereVars := []any{p.MerchantID, p.Key, StatusInProgress, now}
 	if p.RequestHash != "" {
-		set = append(set, "attempted_at = ?")
-		setVars = append(setVars, now)
 		where += " AND request_hash = ?"
 		whereVars = append(whereVars, p.RequestHash)
 	}
@@ -479,6 +480,24 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 	return res.RowsAffected == 1, nil
 }
 
+// Reinstate puts back, in progress, the key of a request whose outcome
+// turned out to be unknown after all (released as never charged, and the
+// provider now has the charge pending): its lease lapsed and its attempt
+// now, so a retry takes it over at once and the sweeper settles it after
+// SWEEP_STALE_AFTER. A key that has a row is left alone (ok false). Run it
+// in the transaction that re-opens the resource.
+func (s *Store) Reinstate(ctx context.Context, tx *gorm.DB, merchantID, key, requestHash, resourceID string) (ok bool, err error) {
+	db := s.exec(ctx, tx)
+	now := dbclock.Now(db)
+	res := db.Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, resource_id, created_at, attempted_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		merchantID, key, requestHash, StatusInProgress, now, uuid.NewString(), resourceID, now, now)
+	if res.Error != nil {
+		return false, fmt.Errorf("idempotency: reinstate: %w", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
 // Release deletes the claim: nothing happened outside the gateway (the body
 // was invalid, or the provider never received the charge), so a later
 // request with the key becomes a fresh owner.
@@ -523,6 +542,15 @@ func (s *Store) LeaveInProgressTx(ctx context.Context, tx *gorm.DB, c Claim) err
 	}
 	c.state.set(endLeft)
 	return nil
+}
+
+// MarkAttempt records that c's owner is sending the work out again now
+// (a retry that took the key over re-sends the charge): the sweeper waits
+// SWEEP_STALE_AFTER from here before it trusts a provider's "not found".
+// Run it on the transaction of the owner's writes before the call (nil:
+// the pool); ErrLostClaim when the claim no longer owns the key.
+func (s *Store) MarkAttempt(ctx context.Context, tx *gorm.DB, c Claim) error {
+	return s.owned(ctx, tx, c, "mark attempt", map[string]any{"attempted_at": dbclock.Now(s.db)})
 }
 
 // SetResource links the key to the resource the request is working on (e.g.

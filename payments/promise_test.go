@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
@@ -359,29 +360,134 @@ func TestPollingSettlesByLookup(t *testing.T) {
 	require.Equal(t, http.StatusCreated, retry.StatusCode)
 	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"), "the poll completed the key")
 
-	before := lookups(t, g)
+	before := providerCalls(t, g, "lookup")
 	pending := g.Pay(m, "poll-pending", body("sim_pending"))
 	require.Equal(t, http.StatusAccepted, pending.StatusCode)
 	for range 5 {
 		require.Equal(t, "processing", g.Get(m, pending.Header.Get("Location")).JSON(t)["status"])
 	}
-	require.Equal(t, before+1, lookups(t, g), "five polls, one lookup")
+	require.Equal(t, before+1, providerCalls(t, g, "lookup"), "five polls, one lookup")
 }
 
-var lookupLine = regexp.MustCompile(`^oncepay_provider_request_duration_seconds_count\{class="ok",op="lookup",provider="simulator"\} (\d+)$`)
+// Review finding: a retry of a not_processed payment whose first charge
+// may still land is a re-drive. A refusal of that retry (a certain
+// non-charge of this attempt) must neither end the recheck nor free the
+// key for another body.
+func TestNotProcessedRetryIsARedrive(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	m := g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	b := body(paystacktest.TokenSuccess)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "k", b).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	stale := ledgerByKey(t, g, m.ID, "k") // what a recheck read before the retry
 
-// lookups is how many lookups the gateway made at the simulator.
-func lookups(t *testing.T, g *apptest.Gateway) int {
+	ps.FailNext(http.StatusBadRequest) // this attempt is certainly refused…
+	r := g.Pay(m, "k", b)
+	require.Equal(t, http.StatusAccepted, r.StatusCode, "…but the first may land: %s", r.Body)
+	p := ledgerByKey(t, g, m.ID, "k")
+	require.Equal(t, payments.StatusProcessing, p.Status)
+	other := body(paystacktest.TokenSuccess)
+	other["amount"] = 9999
+	require.Equal(t, http.StatusUnprocessableEntity, g.Pay(m, "k", other).StatusCode, "the key stays bound to its request")
+
+	// A recheck holding the copy read before the retry changes nothing.
+	st, err := g.App.Payments.Recheck(context.Background(), stale)
+	require.NoError(t, err)
+	require.Equal(t, payments.Skipped, st)
+
+	// The charge lands; the sweeper finds it.
+	ref := providers.Reference(m.ID, "k")
+	ps.Land(ref)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Resolved)
+	p = ledgerByKey(t, g, m.ID, "k")
+	require.Equal(t, payments.StatusSucceeded, p.Status)
+	require.EqualValues(t, 5000, p.Amount)
+	retry := g.Pay(m, "k", b)
+	require.Equal(t, http.StatusCreated, retry.StatusCode)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, ps.Charges(ref))
+}
+
+// Review finding: past the providers' dedupe window a retry only looks a
+// payment up — a not_processed one too — and a lookup right after a
+// charge attempt does not release it.
+func TestOldPaymentsAreLookedUpNotRecharged(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "np", body("sim_late")).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), 48*time.Hour, "payments", "created_at")
+	before := providerCalls(t, g, "charge")
+	r := g.Pay(m, "np", body("sim_late"))
+	require.Equal(t, before, providerCalls(t, g, "charge"), "no Charge past the dedupe window: %d %s", r.StatusCode, r.Body)
+
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "recent", body("sim_late")).StatusCode)
+	dbtest.Age(t, g.App.DB(), 23*time.Hour+30*time.Minute, "payments", "created_at")
+	r = g.Pay(m, "recent", body("sim_late")) // seconds after the charge was sent
+	require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
+	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "recent").Status,
+		"a not-found seconds after a charge attempt is no proof of no charge")
+}
+
+// Review finding: a recheck re-opening a payment while a retry claims its
+// key must not deadlock, and both end consistent: one charge, and the
+// retry's answer is the ledger's.
+func TestRecheckAndARetryAtOnce(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	b := body("sim_late")
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "k", b).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at") // landed
+	p := ledgerByKey(t, g, m.ID, "k")
+
+	ctx := context.Background()
+	claim, rec, err := g.App.Keys.Claim(ctx, idempotency.ClaimParams{MerchantID: m.ID, Key: "k",
+		RequestHash: idempotency.Fingerprint("POST", "/v1/payments", raw(b)), Lease: 30 * time.Second, Hold: true})
+	require.NoError(t, err)
+	require.Nil(t, rec)
+	var wg sync.WaitGroup
+	var st payments.Settlement
+	var rerr error
+	wg.Go(func() { st, rerr = g.App.Payments.Recheck(ctx, p) })
+	time.Sleep(200 * time.Millisecond) // the recheck waits on the held claim
+	a, cerr := g.App.Payments.Create(ctx, claim, payments.Merchant{ID: m.ID, DefaultProvider: "simulator", Providers: []string{"simulator"}}, raw(b))
+	wg.Wait()
+	require.NoError(t, cerr)
+	require.NoError(t, rerr)
+	require.Contains(t, []payments.Settlement{payments.Skipped, payments.Reopened}, st)
+	require.Equal(t, http.StatusCreated, a.Status, string(a.Body))
+	retry := g.Pay(m, "k", b)
+	require.Equal(t, http.StatusCreated, retry.StatusCode)
+	require.Equal(t, string(a.Body), string(retry.Body))
+	require.Equal(t, 1, charges(t, g, m.ID, "k"))
+}
+
+// providerCalls counts the gateway's calls to the simulator for op.
+func providerCalls(t *testing.T, g *apptest.Gateway, op string) int {
 	t.Helper()
+	re := regexp.MustCompile(`^oncepay_provider_request_duration_seconds_count\{class="[a-z_]+",op="` + op + `",provider="simulator"\} (\d+)$`)
 	resp, err := g.Client.Get(g.URL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
+	n := 0
 	for sc.Scan() {
-		if m := lookupLine.FindStringSubmatch(sc.Text()); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			return n
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			k, _ := strconv.Atoi(m[1])
+			n += k
 		}
 	}
-	return 0
+	return n
 }

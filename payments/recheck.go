@@ -24,7 +24,10 @@ import (
 // reference (HandleWebhook). If either finds the charge final, the payment
 // is re-opened to that outcome — succeeded — and the key, released, is
 // re-created done with the answer, so a retry replays the success. A
-// recheck that finds nothing again makes the failure final for good.
+// recheck that finds nothing again makes the failure final for good; one
+// that finds the charge pending (or cannot ask the provider for a whole
+// REVIEW_AFTER) puts the payment back to processing, with its key in
+// progress, for the sweeper to settle like any other.
 
 // Recheck results, counted by the sweeper.
 const (
@@ -53,22 +56,38 @@ func (s *Service) Recheck(ctx context.Context, p Payment) (Settlement, error) {
 // scheduled recheck, which alone may end the rechecking (a webhook's
 // lookup that finds nothing changes nothing).
 func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settlement, error) {
-	later := func(after time.Duration) error {
+	// later reschedules (or, after <= 0, ends) a scheduled recheck and
+	// says what it came to: st, or Skipped when a retry re-opened the
+	// payment meanwhile.
+	later := func(st Settlement, after time.Duration) (Settlement, error) {
 		if !scheduled {
-			return nil
+			return Pending, nil
 		}
-		return s.store.RecheckLater(ctx, p.ID, after)
+		ok, err := s.store.RecheckLater(ctx, p.ID, after)
+		if err == nil && !ok {
+			st = Skipped
+		}
+		return st, err
 	}
 	res, err := s.lookup(ctx, &p)
 	switch {
-	case err != nil:
-		return Pending, errors.Join(err, later(s.cfg.StaleAfter))
-	case res.Outcome.Final():
+	case res.Outcome.Final() && err == nil:
 		return s.reopen(ctx, &p, res)
-	case res.Outcome == providers.OutcomeNotFound && scheduled:
-		return Confirmed, later(0)
+	case res.Outcome == providers.OutcomeNotFound && err == nil:
+		return later(Confirmed, 0)
+	case res.Outcome == providers.OutcomePending && err == nil:
+		// The provider has the charge, still in flight: it is no longer
+		// "never charged". Back to processing with its key in progress,
+		// for the sweeper (and REVIEW_AFTER) to settle like any other.
+		return s.reinstate(ctx, &p)
+	case scheduled && p.age() >= s.cfg.ReviewAfter:
+		// The provider could not be asked for a whole REVIEW_AFTER: the
+		// same, so the sweeper flags it for a person.
+		st, rerr := s.reinstate(ctx, &p)
+		return st, errors.Join(err, rerr)
 	default:
-		return Pending, later(s.cfg.StaleAfter)
+		st, lerr := later(Pending, s.cfg.StaleAfter)
+		return st, errors.Join(err, lerr)
 	}
 }
 
@@ -87,27 +106,87 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 // reopen records the provider's final outcome for a payment released as
 // never charged, and re-creates its key done with the answer the handler
 // would have sent, in one transaction. Skipped when the payment moved on
-// meanwhile (a retry re-opened it and will settle it itself).
-func (s *Service) reopen(ctx context.Context, p *Payment, res providers.Result) (Settlement, error) {
+// since it was read (a retry re-opened it and will settle it itself).
+//
+// The order of the writes is the request path's — the key first, then the
+// payment — so a retry claiming the key at the same moment waits on this
+// transaction (or this one on the retry's claim) instead of deadlocking.
+// The answer is rendered from the payment as read inside the transaction,
+// and the payment's update is conditional on its attempt count too, so the
+// stored answer can only ever be the ledger's.
+func (s *Service) reopen(ctx context.Context, read *Payment, res providers.Result) (Settlement, error) {
 	f := outcomeParams(res, s.now())
-	var answer Answer
+	var p Payment
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ok, err := s.store.reopenSettled(ctx, tx, p.ID, f)
-		if err != nil || !ok {
-			return errors.Join(err, errSkipped)
+		var err error
+		if p, err = s.store.GetByKey(ctx, tx, read.MerchantID, read.IdempotencyKey); err != nil {
+			return err
 		}
-		f.applyTo(p)
+		if !p.retryable() {
+			return errSkipped
+		}
+		f.applyTo(&p)
 		p.RecheckAt = nil
-		answer = Render(p)
-		if p.RequestHash == "" {
-			// Made before fingerprints were kept: a retry claims the key
-			// afresh, finds the payment final and answers it.
-			return nil
+		if p.RequestHash != "" {
+			// If a retry holds the key, PutDone waits for it; if the retry
+			// then re-opened the payment, the update below finds it moved
+			// on and all of this rolls back. Made before fingerprints were
+			// kept (no hash), the key stays free: a retry claims it, finds
+			// the payment final and answers it.
+			if _, err := s.keys.PutDone(ctx, tx, p.MerchantID, p.IdempotencyKey, p.RequestHash, Render(&p)); err != nil {
+				return err
+			}
 		}
-		// A retry holding the key now finds the payment final and
-		// completes the key from the ledger; otherwise the key comes back
-		// done, so the app's retry replays the outcome.
-		_, err = s.keys.PutDone(ctx, tx, p.MerchantID, p.IdempotencyKey, p.RequestHash, answer)
+		ok, err := s.store.reopenSettled(ctx, tx, p.ID, p.Attempts, f)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errSkipped
+		}
+		return nil
+	})
+	if errors.Is(err, errSkipped) {
+		return Skipped, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	*read = p
+	s.observe(&p)
+	s.cfg.Log.WarnContext(ctx, "payment re-opened: the provider has the charge it had no record of when the key was released",
+		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "status", string(p.Status))
+	return Reopened, nil
+}
+
+var errSkipped = errors.New("payments: skipped")
+
+// reinstate puts a payment released as never charged back to processing,
+// with its key in progress (lease lapsed, attempt now), in one transaction
+// that writes the key first (see reopen). Skipped when a retry holds the
+// key or moved the payment on.
+func (s *Service) reinstate(ctx context.Context, read *Payment) (Settlement, error) {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		p, err := s.store.GetByKey(ctx, tx, read.MerchantID, read.IdempotencyKey)
+		if err != nil {
+			return err
+		}
+		if !p.retryable() || p.RequestHash == "" {
+			// (Made before fingerprints were kept, the key could not be
+			// bound to its request again: it is rechecked later instead.)
+			return errSkipped
+		}
+		ok, err := s.keys.Reinstate(ctx, tx, p.MerchantID, p.IdempotencyKey, p.RequestHash, p.ID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errSkipped
+		}
+		ok, err = s.store.reopenSettled(ctx, tx, p.ID, p.Attempts, finishParams{Status: StatusProcessing, At: s.now()})
+		if err == nil && !ok {
+			err = errSkipped
+		}
 		return err
 	})
 	if errors.Is(err, errSkipped) {
@@ -116,13 +195,12 @@ func (s *Service) reopen(ctx context.Context, p *Payment, res providers.Result) 
 	if err != nil {
 		return "", err
 	}
-	s.observe(p)
-	s.cfg.Log.WarnContext(ctx, "payment re-opened: the provider has the charge it had no record of when the key was released",
-		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "status", string(p.Status))
-	return Reopened, nil
+	read.Status, read.FailureCode, read.FailureMessage, read.RecheckAt = StatusProcessing, "", "", nil
+	s.observe(read)
+	s.cfg.Log.WarnContext(ctx, "payment back to processing: released as never charged, but the provider has it pending (or cannot tell past REVIEW_AFTER)",
+		"merchant_id", read.MerchantID, "payment_id", read.ID, "provider", read.Provider)
+	return Pending, nil
 }
-
-var errSkipped = errors.New("payments: skipped")
 
 // outcomeParams is the state change for a provider's final result.
 func outcomeParams(res providers.Result, at time.Time) finishParams {

@@ -159,6 +159,16 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	if redrive && p.age() > redriveWindow {
 		return s.lookUpInstead(ctx, claim, &p)
 	}
+	if claim.TakenOver {
+		// This request sends the charge out again: the sweeper's wait for
+		// a trustworthy "not found" starts over.
+		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {
+			if errors.Is(err, idempotency.ErrLostClaim) {
+				return Answer{}, keyInUse()
+			}
+			return Answer{}, dbUnavailable()
+		}
+	}
 	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
 	if err != nil {
 		if redrive {
@@ -249,7 +259,7 @@ const redriveWindow = 23 * time.Hour
 // lookUpInstead settles an old unknown payment for the app's retry the way
 // the sweeper would — Lookup, never Charge — and answers what that gave.
 func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p *Payment) (Answer, error) {
-	st, err := s.settle(ctx, claim, true)
+	st, err := s.settle(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
 	if err != nil {
 		return s.unknown(ctx, claim, p)
 	}
@@ -300,7 +310,8 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		if err != nil {
 			return err
 		}
-		if existing.RequestHash != "" && claim.RequestHash != "" && existing.RequestHash != claim.RequestHash &&
+		if existing.RequestHash != "" && claim.RequestHash != "" &&
+			existing.RequestHash != claim.RequestHash && existing.RequestHash != claim.LegacyHash &&
 			!(existing.Status == StatusFailed && existing.FailureCode == FailureProviderUnavailable) {
 			// The key's stored answer is gone (purged) or was never
 			// stored (released as not_processed), but the ledger
@@ -319,6 +330,11 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			p.apply(in, now)
 			p.Status = StatusProcessing
 			p.FailureCode, p.FailureMessage = "", ""
+			// Released as not_processed with its recheck still to come,
+			// the first charge may yet land: this attempt is a re-drive
+			// (no refusal releases the key again, and past the
+			// providers' dedupe window it only looks up).
+			redrive = fromCode == FailureNotProcessed && existing.RecheckAt != nil
 		case final(existing.Status):
 			p = existing
 			return nil

@@ -240,9 +240,9 @@ func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Pa
 // reopenSettled moves a payment released as never charged (failed with a
 // retryable code) to the final state the provider reports after all, and
 // ends its recheck; ok is false, with nothing written, when the payment is
-// no longer in that state (a retry re-opened it, or another settler was
-// first).
-func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, f finishParams) (ok bool, err error) {
+// no longer in that state, or no longer at that attempt (a retry re-opened
+// it, or another settler was first).
+func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, attempts int, f finishParams) (ok bool, err error) {
 	values := map[string]any{
 		"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage,
 		"recheck_at": nil, "updated_at": f.At,
@@ -251,7 +251,7 @@ func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, f fin
 		values["provider_transaction_id"] = f.TransactionID
 	}
 	res := s.exec(ctx, tx).Model(&Payment{}).
-		Where("id = ? AND status = ? AND failure_code IN ?", id, StatusFailed, retryableCodes).
+		Where("id = ? AND status = ? AND failure_code IN ? AND attempts = ?", id, StatusFailed, retryableCodes, attempts).
 		Updates(values)
 	if res.Error != nil {
 		return false, interpret("reopen settled", res.Error)
@@ -271,7 +271,8 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 		if tx.Dialector.Name() == "postgres" {
 			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
 		}
-		if err := q.Where("recheck_at IS NOT NULL AND recheck_at < ?", dbclock.Now(tx)).
+		if err := q.Select("*, ? AS age_seconds", dbclock.SecondsSince(tx, "created_at")).
+			Where("recheck_at IS NOT NULL AND recheck_at < ?", dbclock.Now(tx)).
 			Order("recheck_at, id").Limit(limit).Find(&out).Error; err != nil {
 			return err
 		}
@@ -290,16 +291,18 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 
 // RecheckLater sets when a payment released as never charged is looked up
 // again (the database's time + after), or ends its recheck (after <= 0):
-// the last lookup found nothing and the failure is final for good.
-func (s *Store) RecheckLater(ctx context.Context, id string, after time.Duration) error {
+// the last lookup found nothing and the failure is final for good. ok is
+// false when the payment is no longer awaiting a recheck (a retry re-opened
+// it meanwhile).
+func (s *Store) RecheckLater(ctx context.Context, id string, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
-	err := s.exec(ctx, nil).Model(&Payment{}).
+	res := s.exec(ctx, nil).Model(&Payment{}).
 		Where("id = ? AND status = ? AND recheck_at IS NOT NULL", id, StatusFailed).
-		Update("recheck_at", at).Error
-	return interpret("recheck later", err)
+		Update("recheck_at", at)
+	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
 
 // MarkReview flags a payment still processing for a human.

@@ -616,11 +616,13 @@ func decodeJSON(body []byte, dst any) *problem.Problem {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a JSON object"})
 	}
-	// Strict names first (no duplicate or case-folded members), so that
-	// nothing reads another value than the one applied; unknown names,
-	// NULs and syntax keep the field-level answers below.
+	// Strict names and bytes first (no duplicate or case-folded members,
+	// only UTF-8), so that nothing reads another value than the one
+	// applied; unknown names, NULs and syntax keep the field-level answers
+	// below.
 	var e *reqjson.Error
-	if err := reqjson.Check(trimmed, dst); errors.As(err, &e) && (e.Kind == reqjson.Duplicate || e.Kind == reqjson.CaseFolded) {
+	if err := reqjson.Check(trimmed, dst); errors.As(err, &e) &&
+		(e.Kind == reqjson.Duplicate || e.Kind == reqjson.CaseFolded || e.Kind == reqjson.Encoding) {
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: e.Reason})
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))

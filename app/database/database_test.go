@@ -60,3 +60,36 @@ func TestAdviseNamesStatisticsSettingsThatAreOff(t *testing.T) {
 	require.NoError(t, db.Exec("SET track_counts = off").Error)
 	require.ElementsMatch(t, append(want, "track_counts=off"), settings())
 }
+
+// Migration 7 backfills what payments made before version 6 lack: the
+// request's fingerprint from their key while it exists, and a recheck for
+// those released as not_processed.
+func TestMigrationBackfillsLegacyPayments(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		insert := func(id, key, status, code string) {
+			require.NoError(t, db.Exec(`INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
+  provider_reference, failure_code, email, payment_method, created_at, updated_at)
+VALUES (?, 'ten_m', ?, 1, 'NGN', ?, 'simulator', ?, ?, 'a@b.c', 'tok', '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')`,
+				id, key, status, "ref-"+id, code).Error)
+		}
+		insert("pay_with_key", "k1", "succeeded", "")
+		insert("pay_purged", "k2", "succeeded", "")
+		insert("pay_np", "k3", "failed", "not_processed")
+		require.NoError(t, db.Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, created_at)
+VALUES ('ten_m', 'k1', 'legacy-hash', 'done', '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')`).Error)
+		require.NoError(t, db.Exec("DELETE FROM schema_migrations WHERE version = 7").Error)
+		n, err := database.Migrate(db)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		var hash string
+		require.NoError(t, db.Raw("SELECT request_hash FROM payments WHERE id = 'pay_with_key'").Row().Scan(&hash))
+		require.Equal(t, "legacy-hash", hash)
+		require.NoError(t, db.Raw("SELECT request_hash FROM payments WHERE id = 'pay_purged'").Row().Scan(&hash))
+		require.Empty(t, hash, "nothing to learn it from")
+		var due int64
+		require.NoError(t, db.Raw("SELECT count(*) FROM payments WHERE recheck_at IS NOT NULL").Row().Scan(&due))
+		require.EqualValues(t, 1, due, "the not_processed payment is looked up once more")
+	})
+}

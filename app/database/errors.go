@@ -37,12 +37,14 @@ func Unavailable(err error) bool {
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 
-// BadInput reports whether err is PostgreSQL refusing a value the gateway
-// should have refused first (class 22, data exception: a NUL byte or
-// invalid UTF-8 in text, a number out of range). Validation at the edges
-// keeps these from reaching the database; this is the net under it, so a
-// missed case is still the client's 400, not a 500.
+// BadInput reports whether err is PostgreSQL refusing text the gateway
+// should have refused first: a NUL byte or bytes that are not UTF-8
+// (22021 character_not_in_repertoire, 22P05 untranslatable_character).
+// Validation at the edges keeps these from reaching the database; this is
+// the net under it, so a missed case is still the client's 400, not a 500.
+// Other data exceptions (a bad cast, an out-of-range value) can be the
+// gateway's own bugs and stay 500s.
 func BadInput(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && strings.HasPrefix(pg.Code, "22")
+	return errors.As(err, &pg) && (pg.Code == "22021" || pg.Code == "22P05")
 }

@@ -128,12 +128,24 @@ CREATE INDEX idempotency_keys_open_idx ON idempotency_keys (attempted_at) WHERE 
 ALTER TABLE payments ADD COLUMN request_hash TEXT NOT NULL DEFAULT '';
 ALTER TABLE payments ADD COLUMN recheck_at {{ts}};
 CREATE INDEX payments_recheck_idx ON payments (recheck_at) WHERE recheck_at IS NOT NULL;`},
+	// Payments made before version 6 learn their request's fingerprint
+	// from their key while it is still there (a hash of the raw body, which
+	// idempotency.SameRequest still accepts), and those released as
+	// not_processed are looked up once more: a charge that landed after
+	// such a release was missed until now.
+	{7, "backfill_fingerprints_and_rechecks", `
+UPDATE payments SET request_hash = COALESCE((SELECT k.request_hash FROM idempotency_keys k
+  WHERE k.merchant_id = payments.merchant_id AND k.key = payments.idempotency_key), '')
+WHERE request_hash = '';
+UPDATE payments SET recheck_at = {{now}} WHERE status = 'failed' AND failure_code = 'not_processed' AND recheck_at IS NULL;`},
 }
 
 func render(d Dialect, sql string) string {
-	r := strings.NewReplacer("{{ts}}", "TIMESTAMPTZ", "{{bytes}}", "BYTEA")
+	r := strings.NewReplacer("{{ts}}", "TIMESTAMPTZ", "{{bytes}}", "BYTEA", "{{now}}", "statement_timestamp()")
 	if d == SQLite {
-		r = strings.NewReplacer("{{ts}}", "DATETIME", "{{bytes}}", "BLOB")
+		// The Go driver's text form of a UTC time (see dbclock).
+		r = strings.NewReplacer("{{ts}}", "DATETIME", "{{bytes}}", "BLOB",
+			"{{now}}", "(rtrim(rtrim(strftime('%Y-%m-%d %H:%M:%f', 'now'), '0'), '.') || '+00:00')")
 	}
 	return r.Replace(sql)
 }

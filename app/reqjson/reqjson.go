@@ -41,11 +41,12 @@ type Kind int
 
 // The kinds of refusal.
 const (
-	Malformed  Kind = iota // not one JSON object, not UTF-8, too deep, a wrong type
+	Malformed  Kind = iota // not one JSON object, too deep, a wrong type
 	Duplicate              // a member name twice in one object
 	CaseFolded             // a name that differs from the schema's only in case
 	Unknown                // a name the schema does not have
 	NUL                    // a string holding U+0000
+	Encoding               // bytes that are not UTF-8, or an unpaired surrogate escape
 )
 
 func (e *Error) Error() string { return "reqjson: " + e.Reason }
@@ -90,12 +91,12 @@ func Check(data []byte, v any) error {
 		return &Error{Malformed, "is empty; send a JSON object"}
 	}
 	if !utf8.Valid(data) {
-		return &Error{Malformed, "is not valid UTF-8"}
+		return &Error{Encoding, "is not valid UTF-8"}
 	}
 	if !pairedSurrogates(data) {
 		// encoding/json would read a lone \ud800 as U+FFFD: another
 		// string than the one sent.
-		return &Error{Malformed, "has a \\u escape of an unpaired UTF-16 surrogate"}
+		return &Error{Encoding, "has a \\u escape of an unpaired UTF-16 surrogate"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
