@@ -98,8 +98,12 @@
 //	                     charged: a retry may be first)   retry holds it
 //	not_found            unchanged, recheck ended:        (no row)                Confirmed
 //	                     the failure is final for good
-//	pending / error      unchanged, recheck in            (no row)                Pending
-//	                     SWEEP_STALE_AFTER
+//	pending              back to processing: the          re-created in progress  Pending
+//	                     charge exists after all          (lease lapsed): swept
+//	                                                      as any other
+//	error                unchanged, recheck in            (no row)                Pending
+//	                     SWEEP_STALE_AFTER; past
+//	                     REVIEW_AFTER as pending
 //
 // A provider's signed webhook about a released payment runs the same
 // lookup at once (payments.HandleWebhook), without ending the recheck when
