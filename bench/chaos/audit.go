@@ -50,6 +50,8 @@ type providerView struct {
 // report is what the audit found.
 type report struct {
 	payments, succeeded, failed           int
+	failedDeclined, failedNeverCharged    int
+	failedCharged                         int
 	attempts, replayedFinal, multiAttempt int
 	providerRequests, providerCharges     int
 	chargesPerPayment                     map[int]int // charges at the provider → payments
@@ -258,11 +260,20 @@ func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*mer
 		if p.decline {
 			want, wantCode = "failed", http.StatusPaymentRequired
 		}
+		pr, seen := pv.References[paystack.WireReference(l.reference)]
 		switch l.status {
 		case "succeeded":
 			r.succeeded++
 		case "failed":
 			r.failed++
+			switch {
+			case seen && pr.Status == "success":
+				r.failedCharged++
+			case seen:
+				r.failedDeclined++
+			default:
+				r.failedNeverCharged++
+			}
 		}
 		if reopened[l.id] {
 			r.reopened++
@@ -279,7 +290,6 @@ func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*mer
 		if cbf[l.id] {
 			continue // reported above, as its own witness
 		}
-		pr, seen := pv.References[paystack.WireReference(l.reference)]
 		if p.left {
 			if seen {
 				r.abandonedCharged++
@@ -402,8 +412,12 @@ func (r *report) print(o options, kills, pgRestarts int, px *proxy) {
 	fmt.Printf("\n## Chaos run (%s form)\n\n", form)
 	fmt.Printf("| | |\n|---|---|\n")
 	fmt.Printf("| logical payments | %d (%d merchants, %d concurrent clients) |\n", r.payments, o.merchants, o.clients)
-	fmt.Printf("| outcomes in the ledger | %d succeeded, %d failed (%d declined by the provider, %d never charged) |\n",
-		r.succeeded, r.failed, r.failed-r.abandonedNeverCharged, r.abandonedNeverCharged)
+	charged := ""
+	if r.failedCharged > 0 {
+		charged = fmt.Sprintf(", %d charged", r.failedCharged)
+	}
+	fmt.Printf("| outcomes in the ledger | %d succeeded, %d failed (%d declined by the provider, %d never reached it%s) |\n",
+		r.succeeded, r.failed, r.failedDeclined, r.failedNeverCharged, charged)
 	fmt.Printf("| client requests | %d (%.2f per payment; %d payments needed a retry; %d final answers were replays) |\n",
 		r.attempts, float64(r.attempts)/float64(max(1, r.payments)), r.multiAttempt, r.replayedFinal)
 	fmt.Printf("| faults | %d gateway SIGKILLs, %d PostgreSQL restarts, %d answers dropped by the proxy, %d requests hit a dead gateway |\n",
@@ -414,7 +428,7 @@ func (r *report) print(o options, kills, pgRestarts int, px *proxy) {
 		r.lateCharges, 100*o.provLate, o.landAfter, r.lateLanded, r.lateSucceeded, r.hiddenLookups)
 	fmt.Printf("| released as not_processed, then re-opened by the gateway (its log) | %d (RECHECK_AFTER %s; %d of a late charge; apps: %d abandoning, %d patient, %d retrying) |\n",
 		r.reopened, o.recheckAfter, r.reopenedLate, r.reopenedAbandoned, r.reopenedPatient, r.reopened-r.reopenedAbandoned-r.reopenedPatient)
-	fmt.Printf("| apps that gave up after a 202 | %d (%d charged at the provider, %d never charged: failed / not_processed, final) |\n",
+	fmt.Printf("| apps that gave up after a 202 | %d (%d payments reached the provider, %d never did: failed / not_processed, final) |\n",
 		r.abandoned, r.abandonedCharged, r.abandonedNeverCharged)
 	fmt.Printf("| patient apps (back %s after a 202) | %d (%d got a replay) |\n", o.patience, r.patientWaited, r.patientReplayed)
 	fmt.Printf("| charges per logical payment | %s |\n", hist(r.chargesPerPayment))
