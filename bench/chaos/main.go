@@ -307,13 +307,24 @@ func run(ctx context.Context, o options) (int, error) {
 	var done atomic.Int64
 	work := make(chan *payment)
 	var wg sync.WaitGroup
-	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL, patience: o.patience}
+	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL}
 	for range o.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				cl.settle(ctx, p)
+				if cl.settle(ctx, p) {
+					// A patient app: it comes back later on its own, so
+					// its wait does not hold up the other payments.
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						time.Sleep(o.patience)
+						cl.settle(ctx, p)
+						done.Add(1)
+					}()
+					continue
+				}
 				done.Add(1)
 			}
 		}()
@@ -509,14 +520,16 @@ type client struct {
 	gwURL     string // for token refreshes, which are not under test
 	http      *http.Client
 	merchants []*merchant
-	patience  time.Duration // of a patient app after a 202
 	attempts  atomic.Int64
 }
 
 // giveUp bounds one payment: far beyond any lease, sweep or restart.
 const giveUp = 90 * time.Second
 
-func (c *client) settle(ctx context.Context, p *payment) {
+// settle makes one payment's requests until it has a final answer, gives
+// up, or (later) a patient app stops at a 202 to come back after
+// -patience: the caller then calls settle again.
+func (c *client) settle(ctx context.Context, p *payment) (later bool) {
 	m := c.merchants[p.merchant]
 	stop := time.Now().Add(giveUp)
 	for time.Now().Before(stop) {
@@ -550,10 +563,11 @@ func (c *client) settle(ctx context.Context, p *payment) {
 				p.left = true
 				return
 			case p.patient && !p.waited:
-				// Back only once the recheck is due: the payment, if
-				// released as not_processed meanwhile, has been re-opened.
+				// Back only once the recheck is due (the caller calls
+				// settle again after -patience): the payment, if released
+				// as not_processed meanwhile, has been re-opened.
 				p.waited = true
-				time.Sleep(c.patience)
+				return true
 			default:
 				sleep(200, 400)
 			}
@@ -574,6 +588,7 @@ func (c *client) settle(ctx context.Context, p *payment) {
 		}
 	}
 	p.problem = fmt.Sprintf("no final answer after %s and %d attempts", giveUp, p.attempts)
+	return false
 }
 
 func sleep(minMS, maxMS int) {
