@@ -6,17 +6,25 @@
 //   - a proxy between the clients and the gateway cuts a share of the
 //     connections after the gateway has answered (the answer is lost);
 //   - the provider (bench/fakeprovider, a separate Paystack-compatible
-//     process) adds latency, answers some requests 5xx and cuts some
-//     connections after storing the charge;
+//     process) adds latency, answers some requests 5xx, cuts some
+//     connections after storing the charge, and lets some charges land
+//     late: charged, the answer cut, and "not found" on lookups for a few
+//     seconds — long enough for the sweeper to release the key as
+//     not_processed, so only the gateway's recheck (RECHECK_AFTER) or a
+//     retry can find the charge;
 //   - the gateway is SIGKILLed and restarted several times mid-traffic, on
 //     the same database, with a short lease, stale age and sweep interval;
 //   - PostgreSQL itself is restarted once, under the running gateway.
 //
 // Each client retries one payment with the same key and the byte-identical
-// body until it gets a final answer (201 or 402). When every payment has
-// one, the run waits (bounded) for the sweeper to settle what is left and
-// audits the ledger, the stored answers, the clients' answers and the
-// provider's charges against each other. Any violation exits 1.
+// body until it gets a final answer (201 or 402). Some apps are slower: a
+// patient one, after a 202, comes back only once the gateway's recheck is
+// due (and must then get the re-opened payment's replay); an abandoned one
+// never comes back after a 202, so only the sweeper and the recheck can
+// settle its payment. When every client is done, the run waits (bounded)
+// for the sweeper and the pending rechecks and audits the ledger, the
+// stored answers, the clients' answers and the provider's charges against
+// each other. Any violation exits 1.
 //
 //	chaos -gateway bin/gateway -provider bin/fakeprovider [-long] [-payments N] ...
 package main
@@ -58,6 +66,12 @@ type options struct {
 	dropRate              float64
 	provLatency           time.Duration
 	provFail, provCut     float64
+	provLate              float64
+	landAfter             time.Duration
+	recheckAfter          time.Duration
+	patientEvery          int
+	abandonEvery          int
+	patience              time.Duration
 	pgRestart             bool
 	settleWait            time.Duration
 	keepLogs              bool
@@ -79,6 +93,12 @@ func main() {
 	flag.DurationVar(&o.provLatency, "provider-latency", 80*time.Millisecond, "provider latency, uniform up to this")
 	flag.Float64Var(&o.provFail, "provider-fail-rate", 0.05, "share of provider requests answered 5xx")
 	flag.Float64Var(&o.provCut, "provider-cut-rate", 0.05, "share of provider charges stored and then cut")
+	flag.Float64Var(&o.provLate, "provider-late-rate", -1, "share of provider charges that land late (default 0.04; long 0.06)")
+	flag.DurationVar(&o.landAfter, "land-after", 5*time.Second, "how long a late charge stays \"not found\" at the provider")
+	flag.DurationVar(&o.recheckAfter, "recheck-after", 0, "the gateway's RECHECK_AFTER (default land-after + 3s; shorter than land-after - 2s to check that the audit fails)")
+	flag.IntVar(&o.patientEvery, "patient-every", 7, "every n-th payment's app comes back only after -patience when answered 202 (0: none)")
+	flag.IntVar(&o.abandonEvery, "abandon-every", 7, "every n-th payment's app never comes back when answered 202 (0: none)")
+	flag.DurationVar(&o.patience, "patience", 0, "how long a patient app waits after a 202 (default recheck-after + 6s: past the recheck)")
 	flag.BoolVar(&o.pgRestart, "pg-restart", true, "restart PostgreSQL once mid-run (pg_ctlcluster; needs root)")
 	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
@@ -96,6 +116,18 @@ func main() {
 	def(&o.payments, 1000, 5000)
 	def(&o.clients, 16, 32)
 	def(&o.kills, 5, 10)
+	if o.provLate < 0 {
+		o.provLate = 0.04
+		if o.long {
+			o.provLate = 0.06
+		}
+	}
+	if o.recheckAfter == 0 {
+		o.recheckAfter = o.landAfter + 3*time.Second
+	}
+	if o.patience == 0 {
+		o.patience = o.recheckAfter + 6*time.Second
+	}
 
 	violations, err := run(context.Background(), o)
 	if err != nil {
@@ -106,7 +138,7 @@ func main() {
 		fmt.Printf("\nchaos: FAILED with %d violation(s)\n", violations)
 		os.Exit(1)
 	}
-	fmt.Println("\nchaos: OK — every payment charged at most once and settled, ledger = stored answers = client answers = provider")
+	fmt.Println("\nchaos: OK — every payment charged at most once and settled, every charge succeeded in the ledger, ledger = stored answers = client answers = provider")
 }
 
 func envOr(name, def string) string {
@@ -128,7 +160,10 @@ type payment struct {
 	key      string
 	email    string // unique per payment: the provider's audit groups by it
 	decline  bool
-	body     []byte
+	// patient: after a 202 the app comes back only after -patience;
+	// abandon: after a 202 it never comes back.
+	patient, abandon bool
+	body             []byte
 
 	// The final answer the client got.
 	final    bool
@@ -136,6 +171,8 @@ type payment struct {
 	answer   []byte
 	attempts int
 	replayed bool
+	left     bool   // abandoned after a 202: no final answer, by design
+	waited   bool   // a patient app that waited once
 	problem  string // unexpected answer or timeout, if any
 }
 
@@ -177,7 +214,8 @@ func run(ctx context.Context, o options) (int, error) {
 	provURL := "http://" + provAddr
 	prov := &rig.Process{Bin: o.provider, Log: provLog, Health: provURL + "/_health", Args: []string{
 		"-addr", provAddr, "-secret", providerSecret, "-latency", o.provLatency.String(),
-		"-fail-rate", fmt.Sprint(o.provFail), "-cut-rate", fmt.Sprint(o.provCut)}}
+		"-fail-rate", fmt.Sprint(o.provFail), "-cut-rate", fmt.Sprint(o.provCut),
+		"-late-rate", fmt.Sprint(o.provLate), "-land-after", o.landAfter.String()}}
 	prov.Args = append(prov.Args, strings.Fields(o.providerFlags)...)
 	if err := prov.Start(); err != nil {
 		return 0, err
@@ -199,8 +237,20 @@ func run(ctx context.Context, o options) (int, error) {
 		"IDEMPOTENCY_LEASE": "1500ms",
 		"SWEEP_INTERVAL":    "1s",
 		"SWEEP_STALE_AFTER": "2s",
-		"REVIEW_AFTER":      "1h",
-		"SHUTDOWN_TIMEOUT":  "5s",
+		// RECHECK_AFTER is the bound on how late a provider may land a
+		// charge it first said it did not have: the default 1h is the
+		// real providers' bound; the fake's is -land-after. A charge
+		// released as not_processed (looked up at 2–3 s, while hidden)
+		// must be looked up again only after it has landed, so this is
+		// land-after plus a few seconds. A recheck before the landing
+		// would confirm the failure for good while the customer paid —
+		// what -recheck-after shorter than land-after shows the audit
+		// catching (charged-but-failed).
+		"RECHECK_AFTER":    o.recheckAfter.String(),
+		"REVIEW_AFTER":     "1h",
+		"SHUTDOWN_TIMEOUT": "5s",
+		// JSON, so the audit can read which payments the gateway re-opened.
+		"LOG_FORMAT": "json",
 	} {
 		env[k] = v
 	}
@@ -237,6 +287,10 @@ func run(ctx context.Context, o options) (int, error) {
 	for i := range pays {
 		p := &payment{merchant: i % o.merchants, key: fmt.Sprintf("chaos-%s-%05d", runID, i),
 			email: fmt.Sprintf("customer%05d@chaos.example", i), decline: o.declineEvery > 0 && i%o.declineEvery == 0}
+		// Offsets 5 and 3 keep the two apart when both are every 7th (and
+		// let a few of them meet declines: a late decline re-opens to failed).
+		p.abandon = o.abandonEvery > 0 && i%o.abandonEvery == 5%o.abandonEvery
+		p.patient = !p.abandon && o.patientEvery > 0 && i%o.patientEvery == 3%o.patientEvery
 		method := "AUTH_success"
 		if p.decline {
 			method = "AUTH_decline"
@@ -245,8 +299,9 @@ func run(ctx context.Context, o options) (int, error) {
 			1000+i, p.email, method, i)
 		pays[i] = p
 	}
-	logf("%d payments, %d merchants, %d clients, proxy drop %.0f%%, provider latency ≤%s fail %.0f%% cut %.0f%%, %d gateway kills, PostgreSQL restart %v",
-		o.payments, o.merchants, o.clients, 100*o.dropRate, o.provLatency, 100*o.provFail, 100*o.provCut, o.kills, o.pgRestart)
+	logf("%d payments, %d merchants, %d clients, proxy drop %.0f%%, provider latency ≤%s fail %.0f%% cut %.0f%% late %.0f%% (lands after %s; RECHECK_AFTER %s), %d gateway kills, PostgreSQL restart %v",
+		o.payments, o.merchants, o.clients, 100*o.dropRate, o.provLatency, 100*o.provFail, 100*o.provCut,
+		100*o.provLate, o.landAfter, o.recheckAfter, o.kills, o.pgRestart)
 
 	// Clients.
 	var done atomic.Int64
@@ -258,7 +313,18 @@ func run(ctx context.Context, o options) (int, error) {
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				cl.settle(ctx, p)
+				if cl.settle(ctx, p) {
+					// A patient app: it comes back later on its own, so
+					// its wait does not hold up the other payments.
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						time.Sleep(o.patience)
+						cl.settle(ctx, p)
+						done.Add(1)
+					}()
+					continue
+				}
 				done.Add(1)
 			}
 		}()
@@ -356,27 +422,31 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	defer conn.Close(ctx)
-	// The sweeper finishes what the clients did not need to (nothing,
-	// normally: every client waited for its final answer); bounded.
-	deadline := time.Now().Add(o.settleWait)
+	// The sweeper finishes what the clients did not need to (the
+	// abandoned apps' payments) and the rechecks still due (payments
+	// released as not_processed, whose charge may yet be found); bounded.
+	settleStart := time.Now()
+	deadline := settleStart.Add(o.settleWait)
 	for {
-		var open, unsettled int
+		var open, unsettled, rechecks int
 		if err := conn.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM idempotency_keys WHERE status = 'in_progress'),
-			(SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed'))`).Scan(&open, &unsettled); err != nil {
+			(SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed')),
+			(SELECT count(*) FROM payments WHERE recheck_at IS NOT NULL)`).Scan(&open, &unsettled, &rechecks); err != nil {
 			return 0, err
 		}
-		if open == 0 && unsettled == 0 {
+		if open == 0 && unsettled == 0 && rechecks == 0 {
+			logf("settled %.1fs after the clients", time.Since(settleStart).Seconds())
 			break
 		}
 		if time.Now().After(deadline) {
-			logf("after %s: %d keys in progress, %d payments unsettled", o.settleWait, open, unsettled)
+			logf("after %s: %d keys in progress, %d payments unsettled, %d rechecks pending", o.settleWait, open, unsettled, rechecks)
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 
-	rep, err := audit(ctx, conn, provURL, merchants, pays)
+	rep, err := audit(ctx, conn, provURL, merchants, pays, filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		return 0, err
 	}
@@ -456,7 +526,10 @@ type client struct {
 // giveUp bounds one payment: far beyond any lease, sweep or restart.
 const giveUp = 90 * time.Second
 
-func (c *client) settle(ctx context.Context, p *payment) {
+// settle makes one payment's requests until it has a final answer, gives
+// up, or (later) a patient app stops at a 202 to come back after
+// -patience: the caller then calls settle again.
+func (c *client) settle(ctx context.Context, p *payment) (later bool) {
 	m := c.merchants[p.merchant]
 	stop := time.Now().Add(giveUp)
 	for time.Now().Before(stop) {
@@ -483,7 +556,21 @@ func (c *client) settle(ctx context.Context, p *payment) {
 			p.replayed = resp.Header.Get("Idempotent-Replayed") == "true"
 			return
 		case s == http.StatusAccepted: // outcome unknown yet
-			sleep(200, 400)
+			switch {
+			case p.abandon:
+				// The app gives up on the payment: the gateway alone must
+				// settle it (sweeper, recheck).
+				p.left = true
+				return
+			case p.patient && !p.waited:
+				// Back only once the recheck is due (the caller calls
+				// settle again after -patience): the payment, if released
+				// as not_processed meanwhile, has been re-opened.
+				p.waited = true
+				return true
+			default:
+				sleep(200, 400)
+			}
 		case s == http.StatusConflict: // in use: the owner or its lease still runs
 			sleep(300, 700)
 		case s == http.StatusUnauthorized:
@@ -501,6 +588,7 @@ func (c *client) settle(ctx context.Context, p *payment) {
 		}
 	}
 	p.problem = fmt.Sprintf("no final answer after %s and %d attempts", giveUp, p.attempts)
+	return false
 }
 
 func sleep(minMS, maxMS int) {

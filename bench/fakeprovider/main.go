@@ -10,22 +10,35 @@
 //	POST /transaction/charge_authorization   Bearer <secret>; a reused reference is
 //	                                         400 "Duplicate Transaction Reference"
 //	GET  /transaction/verify/{reference}     400 "Transaction reference not found" if unknown
+//	                                         (or a late charge not landed yet)
 //
 // The outcome is chosen by the authorization code: AUTH_success is charged,
 // AUTH_decline and AUTH_insufficient are declined (a stored transaction
 // with status "failed", no money moved). Faults are injected by flags:
 // random latency, a share of 5xx answers given before anything is stored,
-// and a share of charges stored and then answered with a cut connection.
+// a share of charges stored and then answered with a cut connection, and a
+// share of charges that land late (-late-rate, -land-after): stored, their
+// connection cut, and hidden from verify — which answers "Transaction
+// reference not found", as for an unknown reference — until land-after has
+// passed since the charge, the way a provider that queued the charge shows
+// it only once it is processed. A reused reference is refused as a
+// duplicate from the moment the charge is stored, hidden or not (never a
+// second charge), so a retry's charge → duplicate → verify sees "not
+// found" too until the charge lands.
 //
 // Two endpoints outside Paystack's API serve the harness:
 //
 //	GET /_health    200 when serving
-//	GET /_charges   {"references": {"<wire reference>": {"charges": n, "requests": n, "status": "...", "amount": n, "currency": "...", "email": "..."}},
+//	GET /_charges   {"references": {"<wire reference>": {"charges": n, "requests": n, "status": "...", "amount": n, "currency": "...", "email": "...",
+//	                                                  "late": true, "landed": true, "hidden_lookups": n}},
 //	                 "customers":  {"<email>": {"charges": n, "references": ["..."]}}}
 //
 // where charges counts the times money moved (a declined transaction is 0)
 // and requests counts every charge request that reached the store
-// (duplicates included). A reference can hold one charge by construction,
+// (duplicates included). Late charges are listed from the moment they are
+// stored (they were charged), with late set, landed once verify shows
+// them, and hidden_lookups the verify calls answered "not found" for them
+// while hidden. A reference can hold one charge by construction,
 // as at Paystack; the per-customer view is what catches a double charge
 // under two references, so the chaos client gives every logical payment its
 // own customer email.
@@ -50,11 +63,15 @@ func main() {
 	latency := flag.Duration("latency", 0, "each request waits a uniform random time up to this")
 	failRate := flag.Float64("fail-rate", 0, "share of requests answered 500/502/503 before anything is stored")
 	cutRate := flag.Float64("cut-rate", 0, "share of charges stored and then answered by cutting the connection")
+	lateRate := flag.Float64("late-rate", 0, "share of charges that land late: stored, answered by cutting the connection, and \"not found\" on verify until -land-after has passed")
+	landAfter := flag.Duration("land-after", 3*time.Second, "how long after the charge a late charge becomes visible to verify")
+	neverLand := flag.Bool("never-land", false, "misbehave: late charges never become visible to verify (to check that the chaos audit catches charged-but-failed payments)")
 	noDedupe := flag.Bool("no-dedupe", false, "misbehave: charge a reused reference again (to check that the chaos audit catches double charges)")
 	flag.Parse()
 
-	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate, noDedupe: *noDedupe,
-		txs: map[string]*tx{}, requests: map[string]int{}, nextID: 5100000000}
+	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate,
+		lateRate: *lateRate, landAfter: *landAfter, neverLand: *neverLand, noDedupe: *noDedupe,
+		txs: map[string]*tx{}, late: map[string]*lateness{}, requests: map[string]int{}, nextID: 5100000000}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -69,13 +86,30 @@ type server struct {
 	latency  time.Duration
 	failRate float64
 	cutRate  float64
-	noDedupe bool
+	// lateRate of the charges land late: hidden from verify for landAfter
+	// (for ever with neverLand).
+	lateRate  float64
+	landAfter time.Duration
+	neverLand bool
+	noDedupe  bool
 
 	mu       sync.Mutex
-	txs      map[string]*tx // by wire reference
+	txs      map[string]*tx       // by wire reference
+	late     map[string]*lateness // the late charges, by wire reference
 	requests map[string]int
 	nextID   int64
 }
+
+// lateness is a late charge's schedule: verify answers "not found" until
+// landsAt.
+type lateness struct {
+	landsAt       time.Time
+	never         bool
+	hiddenLookups int
+}
+
+// hidden says whether verify must not show the charge yet.
+func (l *lateness) hidden(now time.Time) bool { return l != nil && (l.never || now.Before(l.landsAt)) }
 
 // tx is a Paystack transaction as verify and charge_authorization return it.
 type tx struct {
@@ -178,12 +212,19 @@ func (s *server) charge(w http.ResponseWriter, r *http.Request) {
 	t.Customer.Email = in.Email
 	t.Authorization.AuthorizationCode, t.Authorization.Reusable = in.AuthorizationCode, true
 	s.txs[key] = t
+	// Late: charged now, visible to verify only later. Its answer is lost
+	// (the connection is cut below), so the gateway can learn of it only by
+	// a lookup — which says "not found" until the charge lands.
+	late := rand.Float64() < s.lateRate
+	if late {
+		s.late[key] = &lateness{landsAt: time.Now().Add(s.landAfter), never: s.neverLand}
+	}
 	answer, _ := json.Marshal(map[string]any{"status": true, "message": "Charge attempted", "data": t})
 	s.mu.Unlock()
 
 	// Charged, and the answer lost: the gateway must find out by a retry
 	// (duplicate → verify) or the sweeper (verify), never by charging again.
-	if rand.Float64() < s.cutRate {
+	if late || rand.Float64() < s.cutRate {
 		if hj, ok := w.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
 				_ = conn.Close()
@@ -198,6 +239,11 @@ func (s *server) verify(w http.ResponseWriter, r *http.Request) {
 	ref := strings.TrimPrefix(r.URL.Path, "/transaction/verify/")
 	s.mu.Lock()
 	t, ok := s.txs[ref]
+	if l := s.late[ref]; ok && l.hidden(time.Now()) {
+		// Charged, but not processed yet as far as verify can tell.
+		l.hiddenLookups++
+		ok = false
+	}
 	var answer []byte
 	if ok {
 		answer, _ = json.Marshal(map[string]any{"status": true, "message": "Verification successful", "data": t})
@@ -218,6 +264,11 @@ type charge struct {
 	Amount   int64  `json:"amount,omitempty"`
 	Currency string `json:"currency,omitempty"`
 	Email    string `json:"email,omitempty"`
+	// Late charges only (-late-rate): landed once verify shows it, and
+	// the verify calls answered "not found" while it was hidden.
+	Late          bool `json:"late,omitempty"`
+	Landed        bool `json:"landed,omitempty"`
+	HiddenLookups int  `json:"hidden_lookups,omitempty"`
 }
 
 // customer is one email's line in GET /_charges.
@@ -228,12 +279,16 @@ type customer struct {
 
 func (s *server) charges(w http.ResponseWriter) {
 	s.mu.Lock()
+	now := time.Now()
 	refs := make(map[string]charge, len(s.requests))
 	customers := map[string]*customer{}
 	for ref, n := range s.requests {
 		c := charge{Requests: n}
 		if t, ok := s.txs[ref]; ok {
 			c.Status, c.Amount, c.Currency, c.Email = t.Status, t.Amount, t.Currency, t.Customer.Email
+			if l := s.late[ref]; l != nil {
+				c.Late, c.Landed, c.HiddenLookups = true, !l.hidden(now), l.hiddenLookups
+			}
 			cu := customers[c.Email]
 			if cu == nil {
 				cu = &customer{}
