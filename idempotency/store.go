@@ -112,6 +112,12 @@ type Claim struct {
 	// last sent the work out: zero for a fresh claim or a retry's
 	// takeover, the age of the last attempt for a settler's takeover.
 	SinceAttempt time.Duration
+	// LeaseEnds is, by this process's (monotonic) clock, an instant before
+	// which the claim's lease certainly has not ended: the lease began, by
+	// the database's clock, no earlier than the moment the claiming
+	// statement was sent. Work that must not start once the claim may be
+	// lost (a provider call) is bounded by it.
+	LeaseEnds time.Time
 	// TakenOver is true when the key was claimed from an owner whose lease
 	// lapsed: earlier work may have happened and must be re-driven with the
 	// same references, never started afresh.
@@ -189,6 +195,7 @@ const claimAttempts = 3
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error) {
 	for range claimAttempts {
 		token := uuid.NewString()
+		sent := time.Now()
 		db := s.exec(ctx, nil)
 		hold := p.Hold && db.Dialector.Name() == "postgres"
 		if hold {
@@ -208,7 +215,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 			return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", res.Error)
 		}
 		if res.RowsAffected == 1 {
-			c := s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, 0, false)
+			c := s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, 0, sent.Add(p.Lease), false)
 			if hold {
 				c.held = &heldTx{tx: db}
 			}
@@ -226,8 +233,9 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 	return Claim{}, nil, fmt.Errorf("idempotency: claim: key %q keeps being released", p.Key)
 }
 
-func (s *Store) newClaim(merchantID, key, token, hash string, since time.Duration, takenOver bool) Claim {
-	return Claim{MerchantID: merchantID, Key: key, Token: token, RequestHash: hash, SinceAttempt: since, TakenOver: takenOver, state: &claimState{}}
+func (s *Store) newClaim(merchantID, key, token, hash string, since time.Duration, leaseEnds time.Time, takenOver bool) Claim {
+	return Claim{MerchantID: merchantID, Key: key, Token: token, RequestHash: hash, SinceAttempt: since,
+		LeaseEnds: leaseEnds, TakenOver: takenOver, state: &claimState{}}
 }
 
 // TakeOverParams are the arguments of Store.TakeOver.
@@ -277,6 +285,7 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 	stmt := "UPDATE idempotency_keys SET " + strings.Join(set, ", ") + " WHERE " + where +
 		" RETURNING COALESCE(?, 0)"
 	vars := append(append(setVars, whereVars...), dbclock.SecondsSince(db, "attempted_at"))
+	sent := time.Now()
 	rows, err := db.Raw(stmt, vars...).Rows()
 	if err != nil {
 		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", err)
@@ -291,7 +300,7 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 	if since < 0 {
 		since = 0
 	}
-	return s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, time.Duration(since*float64(time.Second)), true), true, nil
+	return s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, time.Duration(since*float64(time.Second)), sent.Add(p.Lease), true), true, nil
 }
 
 // owned updates the key of c with values if c still owns it. A claim still

@@ -63,7 +63,7 @@ func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settl
 		if !scheduled {
 			return Pending, nil
 		}
-		ok, err := s.store.RecheckLater(ctx, p.ID, after)
+		ok, err := s.store.RecheckLater(ctx, p.ID, p.Attempts, after)
 		if err == nil && !ok {
 			st = Skipped
 		}

@@ -181,8 +181,20 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		return s.notCharged(ctx, claim, &p, err)
 	}
 
+	// The charge goes out only while the claim certainly owns the key:
+	// fencing guards the database writes, not the provider call, so a
+	// request stalled past its lease (a slow commit, a pause) must not
+	// charge after another owner — or the sweeper's "not found" — took
+	// over. Sent in time, the call is bounded by the lease as well.
+	cctx, cancelCharge := context.WithDeadline(ctx, claim.LeaseEnds.Add(-min(leaseMargin, s.cfg.Lease/10)))
+	defer cancelCharge()
+	if cctx.Err() != nil {
+		s.cfg.Log.WarnContext(ctx, "claim's lease nearly over before the charge; not sent",
+			"merchant_id", m.ID, "payment_id", p.ID)
+		return Answer{}, keyInUse()
+	}
 	failpoint("before_charge")
-	res, err := s.charge(ctx, prov, &p)
+	res, err := s.charge(cctx, prov, &p)
 	failpoint("after_charge")
 	// From here a charge may exist: whatever the database does, the answer
 	// is never a 500. Recording gets its own bounded time, so a stalled
@@ -248,6 +260,11 @@ func dbUnavailable() error {
 	return problem.New(fiber.StatusServiceUnavailable, "unavailable",
 		"the gateway could not reach its database; nothing was charged; retry with the same Idempotency-Key").WithRetryAfter(2)
 }
+
+// leaseMargin is how much of its lease (at most; a tenth of a short lease)
+// a request keeps in hand when it sends a charge: the call must end (or be
+// abandoned) before the lease does, whatever the clocks' rates.
+const leaseMargin = time.Second
 
 // redriveWindow is how long after a payment's first attempt a takeover may
 // still re-send the charge. Providers dedupe a repeated reference for at

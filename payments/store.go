@@ -291,16 +291,18 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 
 // RecheckLater sets when a payment released as never charged is looked up
 // again (the database's time + after), or ends its recheck (after <= 0):
-// the last lookup found nothing and the failure is final for good. ok is
-// false when the payment is no longer awaiting a recheck (a retry re-opened
-// it meanwhile).
-func (s *Store) RecheckLater(ctx context.Context, id string, after time.Duration) (ok bool, err error) {
+// the last lookup found nothing and the failure is final for good. It is
+// conditional on attempts, the payment's attempt count when the lookup was
+// made: ok is false when the payment is no longer awaiting that recheck
+// (a retry re-opened it meanwhile, and may have sent a charge the lookup
+// could not have seen).
+func (s *Store) RecheckLater(ctx context.Context, id string, attempts int, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
 	res := s.exec(ctx, nil).Model(&Payment{}).
-		Where("id = ? AND status = ? AND recheck_at IS NOT NULL", id, StatusFailed).
+		Where("id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", id, StatusFailed, attempts).
 		Update("recheck_at", at)
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
