@@ -21,8 +21,11 @@
  * The model is the protocol after the bug-1 fix. Compile with -DBUG1 for
  * today's behaviour (staleness counted from the key's creation, not_found is
  * failed for good with no recheck, a webhook for a failed payment does
- * nothing): the verifier must then find a charged payment that the ledger
- * holds as failed for good.
+ * nothing; -DBUG1_STALE, -DBUG1_NORECHECK, -DBUG1_WEBHOOK revert one part
+ * each): the verifier must then find a charged payment that the ledger
+ * holds as failed for good. -DREOPEN_AS_FIRST, -DSTALL_BEFORE_CHARGE and
+ * -DRECHECK_NO_VERSION are further holes the model found (README,
+ * "Findings"): each must be violated too.
  *
  * One key K of one merchant, its payment row P and the provider's record of
  * the reference R (providers.Reference is deterministic per key, so the
@@ -33,6 +36,13 @@
  * owner is the same process still running, so two live claims never share
  * a token.
  */
+
+/* -DBUG1 reverts the whole fix; each part can be reverted alone. */
+#ifdef BUG1
+#define BUG1_STALE     /* staleness from the key's creation: TakeOverRequest does not reset it */
+#define BUG1_NORECHECK /* not_found: failed/not_processed for good, no recheck */
+#define BUG1_WEBHOOK   /* a webhook for a failed payment is answered "final" */
+#endif
 
 /* ---- bounds (README: "Bounds") ---- */
 #ifndef MAX_TRIES
@@ -107,18 +117,18 @@ unsigned kans     : 2 = A_NONE;
 
 /* ---- the payment row ---- */
 unsigned pay      : 3 = P_NONE;
-unsigned attempts : 3 = 0;  /* payments.attempts: the recheck's version check */
+byte     attempts     = 0;  /* payments.attempts: the recheck's version check */
 
 /* ---- the provider ---- */
 unsigned prov     : 2 = R_NONE;
-unsigned charges  : 2 = 0;  /* charges the provider created for R */
-unsigned hooks    : 2 = 0;  /* webhook deliveries still to come */
+byte     charges      = 0;  /* charges the provider created for R */
+byte     hooks        = 0;  /* webhook deliveries still to come */
 bit      old          = 0;  /* past redriveWindow: the provider may have forgotten R */
 
 /* ---- fault budgets, the app ---- */
-unsigned crashes  : 2 = 0;
-unsigned stalls   : 2 = 0;
-unsigned purges   : 2 = 0;
+byte     crashes      = 0;
+byte     stalls       = 0;
+byte     purges       = 0;
 bit      app_final    = 0;  /* the app holds a final answer and stops retrying */
 
 chan req = [0] of { bit };   /* the app's requests, to either gateway instance */
@@ -151,41 +161,51 @@ inline clearLease() {
 
 /* ==== the SQL statements of idempotency/store.go (with their payment writes) ==== */
 
-/* Middleware + Store.Claim / Store.TakeOverRequest + Service.open, as one step:
- * the claim's INSERT is held open and commits with the payment's first write
- * (InsertNew or Reopen). */
-inline ClaimOrTakeOverRequest(h, ans) {
+/* Store.Claim + Service.open (InsertNew or Reopen), one step: the claim's
+ * INSERT is held open and commits with the payment's first write. Only when
+ * the key is absent (INSERT … ON CONFLICT DO NOTHING affected a row). */
+inline Claim(h) {
+	key = K_INPROG; ktok = _pid; klive = 1; kworking = 1; kstale = 0;
+	if
+	:: pay == P_NONE ->                         /* InsertNew */
+		pay = P_PROCESSING; attempts = 1; h = H_FIRST
+	:: retryable(pay) ->                        /* released earlier: Reopen, attempts++ */
+		REACH(9, pay == P_FAILED_NP);
+#ifdef REOPEN_AS_FIRST
+		h = H_FIRST;
+#else
+		/* A not_processed payment whose recheck is pending may have been
+		 * charged: this attempt is a re-drive (README, finding 1). */
+		h = (pay == P_FAILED_NP -> H_REDRIVE : H_FIRST);
+#endif
+		pay = P_PROCESSING; attempts++
+	:: final(pay) -> h = H_FINAL;               /* the answer was purged; the ledger has it */
+		REACH(3, 1)
+	:: pay == P_PROCESSING -> assert(false)     /* a processing payment always has its key in progress */
+	fi
+}
+
+/* Store.TakeOverRequest + Service.open's Reopen (attempts++): only when the
+ * key is in progress and its lease lapsed. */
+inline TakeOverRequest(h) {
+	ktok = _pid; klive = 1; kworking = 1;
+#ifndef BUG1_STALE
+	kstale = 0;                                 /* attempted_at = now */
+#endif
+	if
+	:: final(pay) -> h = H_FINAL
+	:: else -> assert(pay == P_PROCESSING); attempts++; h = H_REDRIVE
+	fi
+}
+
+/* idempotency/middleware.go: the key's row decides, in one step: claim it,
+ * take it over, 409, or replay the stored answer. */
+inline Middleware(h, ans) {
 	atomic {
 		if
-		:: key == K_ABSENT ->                       /* Claim: INSERT … ON CONFLICT DO NOTHING */
-			key = K_INPROG; ktok = _pid; klive = 1; kworking = 1; kstale = 0;
-			if
-			:: pay == P_NONE ->                     /* InsertNew */
-				pay = P_PROCESSING; attempts = 1; h = H_FIRST
-			:: retryable(pay) ->                    /* released earlier: Reopen, attempts++ */
-				REACH(9, pay == P_FAILED_NP);
-#if defined(BUG1) || defined(REOPEN_AS_FIRST)
-				h = H_FIRST;
-#else
-				/* A not_processed payment whose recheck is pending may have
-				 * been charged: this attempt is a re-drive. */
-				h = (pay == P_FAILED_NP -> H_REDRIVE : H_FIRST);
-#endif
-				pay = P_PROCESSING; attempts++
-			:: final(pay) -> h = H_FINAL;           /* the answer was purged; the ledger has it */
-				REACH(3, 1)
-			:: pay == P_PROCESSING -> assert(false) /* a processing payment always has its key in progress */
-			fi
-		:: key == K_INPROG && !klive ->             /* TakeOverRequest: lease lapsed */
-			ktok = _pid; klive = 1; kworking = 1;
-#ifndef BUG1
-			kstale = 0;                             /* attempted_at = now */
-#endif
-			if
-			:: final(pay) -> h = H_FINAL
-			:: else -> assert(pay == P_PROCESSING); attempts++; h = H_REDRIVE
-			fi
-		:: key == K_INPROG && klive -> h = H_BUSY   /* 409, Retry-After: 1 */
+		:: key == K_ABSENT -> Claim(h)
+		:: key == K_INPROG && !klive -> TakeOverRequest(h)
+		:: key == K_INPROG && klive -> h = H_BUSY  /* 409, Retry-After: 1 */
 		:: key == K_DONE -> h = H_REPLAY; ans = kans
 		fi;
 		INV()
@@ -278,17 +298,21 @@ inline ReopenFinal(lk) {
 
 /* Recheck's write: UPDATE … WHERE status = failed AND failure_code =
  * not_processed AND attempts = v (the attempts read with the Lookup: a retry
- * that re-opened the payment in between bumped it). */
+ * that re-opened the payment in between bumped it; README, finding 3). */
 inline Recheck(lk, v) {
 	atomic {
 		if
+		#ifdef RECHECK_NO_VERSION
+		:: pay == P_FAILED_NP ->
+#else
 		:: pay == P_FAILED_NP && attempts == v ->
+#endif
 			if
 			:: lk == X_SUCCEEDED || lk == X_DECLINED ->
 				REACH(1, lk == X_SUCCEEDED);
 				ReopenFinal(lk)
 			:: lk == X_NOT_FOUND ->
-				assert(prov == R_NONE);             /* nothing will ever land */
+				assert(prov == R_NONE);             /* inv 2: nothing is in flight, nothing will land */
 				pay = P_FAILED_NP_FINAL
 			:: else -> skip                         /* pending: try later */
 			fi
@@ -410,7 +434,7 @@ inline Settle(mayRelease, lk, ans, ok) {
 		if
 		:: lk == X_SUCCEEDED || lk == X_DECLINED -> Complete(lk, ans)  /* Resolved */
 		:: lk == X_NOT_FOUND && mayRelease ->
-#ifdef BUG1
+#ifdef BUG1_NORECHECK
 			Release(P_FAILED_NP_FINAL, ok);
 #else
 			Release(P_FAILED_NP, ok);                /* recheck pending */
@@ -460,7 +484,7 @@ active [2] proctype Gateway() {
 end_idle:
 	do
 	:: req?_ ->
-		ClaimOrTakeOverRequest(h, ans);
+		Middleware(h, ans);
 		if
 		:: h == H_BUSY -> skip                       /* 409 */
 		:: h == H_REPLAY -> Answer(ans)
@@ -496,23 +520,34 @@ crashed:
 
 /* ==== background actors ==== */
 
-/* scheduler/sweep.go: settle stale keys; and the recheck of not_processed
- * payments, once no charge for R can still be in flight (RECHECK_AFTER). */
+/* scheduler/sweep.go: settle stale keys (Stale, TakeOver, Settle). */
 active proctype Sweeper() {
-	byte lk, ans, v;
+	byte lk, ans;
 	bit ok;
 end_idle:
-	if
+	do
 	:: atomic { key == K_INPROG && !klive && kstale -> TakeOver(ok) } ->
 		Fault(0);
-		Settle(1, lk, ans, ok)
+		Settle(1, lk, ans, ok);
+crashed:
+		atomic { lk = 0; ans = 0; ok = 0 }
+	od
+}
+
+/* The sweeper's recheck of not_processed payments, once no charge for R can
+ * still be in flight (RECHECK_AFTER, assumption (b)). Its own process: every
+ * gateway instance runs the sweep, so one instance's recheck interleaves with
+ * another's settle. */
+active proctype SweepRecheck() {
+	byte lk, v;
+end_idle:
+	do
 	:: atomic { pay == P_FAILED_NP && prov != R_INFLIGHT -> Lookup(lk); v = attempts } ->
 		Crash();
-		Recheck(lk, v)
-	fi;
+		Recheck(lk, v);
 crashed:
-	atomic { lk = 0; ans = 0; v = 0; ok = 0 };
-	goto end_idle
+		atomic { lk = 0; v = 0 }
+	od
 }
 
 /* payments/webhook.go: a verified event settles as the sweeper would, but
@@ -530,7 +565,7 @@ end_idle:
 			:: ok -> Fault(0); Settle(0, lk, ans, ok)
 			:: else -> skip                          /* deferred: the owner settles */
 			fi
-#ifndef BUG1
+#ifndef BUG1_WEBHOOK
 		:: ps == P_FAILED_NP || ps == P_FAILED_UNAVAIL ->
 			Lookup(lk);
 			atomic {
