@@ -25,7 +25,8 @@ command -v "$SPIN" >/dev/null 2>&1 || { echo "model: $SPIN not found (apt-get in
 work=$(mktemp -d "${TMPDIR:-/tmp}/oncepay-model.XXXXXX")
 status=0
 cleanup() {
-	if [ "$status" -ne 0 ] || [ "${KEEP:-0}" = 1 ]; then
+	rc=$?
+	if [ "$rc" -ne 0 ] || [ "$status" -ne 0 ] || [ "${KEEP:-0}" = 1 ]; then
 		echo "model: build products and trails kept in $work"
 	else
 		rm -rf "$work"
