@@ -7,7 +7,7 @@ SWAG_VERSION := v1.16.6
 OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: run build test docs docs-check lint bench chaos migrate fmt tools api-lint api-check
+.PHONY: run build test docs docs-check lint bench chaos model migrate fmt tools api-lint api-check
 
 run:
 	$(GO) run .
@@ -103,3 +103,15 @@ chaos:
 	$(GO) build -o bin/fakeprovider ./bench/fakeprovider
 	$(GO) build -o bin/chaos ./bench/chaos
 	bin/chaos -gateway bin/gateway -provider bin/fakeprovider -db "$(TEST_DATABASE_URL)" $(CHAOS_FLAGS)
+
+# model: spin checks the Promela model of the idempotency key / payment state
+# machine (idempotency/model/README.md): an exhaustive search of the fixed
+# protocol must find no violation and no invalid end state, the -DBUG1
+# variant (today's main) and the two other known-bad variants must violate an
+# invariant, and every reachability probe must be reached. The verifiers are
+# built in a temporary directory (kept, with the trails, on failure).
+# Needs spin (apt-get install spin) and a C compiler.
+SPIN     ?= spin
+MODEL_CC ?= gcc
+model:
+	SPIN="$(SPIN)" CC="$(MODEL_CC)" sh idempotency/model/verify.sh
