@@ -24,6 +24,17 @@ import (
 	"github.com/oncepay/gateway/scheduler"
 )
 
+// paystackMerchant is a gateway, a fake Paystack it talks to, and a
+// merchant who charges through it by default.
+func paystackMerchant(t *testing.T) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant) {
+	t.Helper()
+	ps := paystacktest.New(t)
+	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	m := g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	return ps, g, m
+}
+
 // age makes time pass, by the database's clock, for every key of the
 // gateway's database.
 func ageKeys(t *testing.T, g *apptest.Gateway, d time.Duration) {
@@ -119,10 +130,7 @@ func TestRecheckThatFindsNothingIsFinal(t *testing.T) {
 // answered "final".
 func TestLateChargeIsReopenedByTheWebhook(t *testing.T) {
 	t.Parallel()
-	ps := paystacktest.New(t)
-	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
-	m := g.Onboard(map[string]any{"default_provider": "paystack",
-		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	ps, g, m := paystackMerchant(t)
 	b := body(paystacktest.TokenSuccess)
 	ps.LandLateNext()
 	first := g.Pay(m, "late-hook", b)
@@ -375,10 +383,7 @@ func TestPollingSettlesByLookup(t *testing.T) {
 // key for another body.
 func TestNotProcessedRetryIsARedrive(t *testing.T) {
 	t.Parallel()
-	ps := paystacktest.New(t)
-	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
-	m := g.Onboard(map[string]any{"default_provider": "paystack",
-		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	ps, g, m := paystackMerchant(t)
 	b := body(paystacktest.TokenSuccess)
 	ps.LandLateNext()
 	require.Equal(t, http.StatusAccepted, g.Pay(m, "k", b).StatusCode)

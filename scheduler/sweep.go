@@ -99,16 +99,7 @@ func (s *Sweeper) recheck(ctx context.Context, c *Counts) error {
 				return err
 			}
 			res, err := s.cfg.Settler.Recheck(ctx, p)
-			switch res {
-			case payments.Reopened:
-				c.Reopened++
-			case payments.Confirmed:
-				c.Confirmed++
-			case payments.Pending:
-				c.Pending++
-			case payments.Skipped:
-				c.Skipped++
-			}
+			c.add(res)
 			if err != nil {
 				c.Errors++
 				if ctx.Err() == nil {
@@ -154,7 +145,18 @@ func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
 		return
 	}
 	res, err := s.cfg.Settler.Settle(ctx, claim)
-	switch res {
+	c.add(res)
+	if err != nil {
+		c.Errors++
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "sweep: settle", "settlement", string(res), "err", err)
+		}
+	}
+}
+
+// add counts one settlement or recheck result.
+func (c *Counts) add(s payments.Settlement) {
+	switch s {
 	case payments.Resolved:
 		c.Resolved++
 	case payments.Released:
@@ -165,11 +167,9 @@ func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
 		c.Review++
 	case payments.Skipped:
 		c.Skipped++
-	}
-	if err != nil {
-		c.Errors++
-		if ctx.Err() == nil {
-			log.WarnContext(ctx, "sweep: settle", "settlement", string(res), "err", err)
-		}
+	case payments.Reopened:
+		c.Reopened++
+	case payments.Confirmed:
+		c.Confirmed++
 	}
 }
