@@ -60,6 +60,41 @@ type Result struct {
 	FailureMessage string
 }
 
+// RefundRequest is one refund, in our terms. Reference is our refund
+// reference (RefundReference: deterministic per merchant and refund key);
+// the charge is named by its reference and, when the provider gave one,
+// its transaction id. Amount is in minor units of Currency.
+type RefundRequest struct {
+	Reference       string
+	ChargeReference string
+	TransactionID   string
+	Amount          int64
+	Currency        string
+	// Reason is free text (or duplicate, fraudulent,
+	// requested_by_customer), passed on where the provider takes one.
+	Reason string
+}
+
+// RefundLookup names a refund to look up: our refund reference and the
+// charge it refunds.
+type RefundLookup struct {
+	Reference       string
+	ChargeReference string
+	TransactionID   string
+}
+
+// RefundResult is a provider's answer about one refund: OutcomeSucceeded
+// (the money is on its way back), OutcomeFailed (final: the provider
+// refused or the refund failed), OutcomePending (accepted, not settled
+// yet), or OutcomeNotFound (LookupRefund only: the provider has no refund
+// with our reference).
+type RefundResult struct {
+	Outcome        Outcome
+	RefundID       string // the provider's own id, when it gave one
+	FailureCode    string
+	FailureMessage string
+}
+
 // Event is a verified webhook, reduced to what the gateway acts on: which of
 // our references it is about. The gateway re-checks the outcome with Lookup
 // before changing any state, so nothing else in the payload is trusted.
@@ -81,6 +116,18 @@ type Provider interface {
 	// the raw body and returns the event. Errors wrap ErrBadSignature or
 	// ErrBadPayload.
 	VerifyWebhook(header http.Header, body []byte) (Event, error)
+	// Refund creates (or, for a refund reference already used, finds) a
+	// refund of a charge, carrying our refund reference where the
+	// provider keeps it, so that a repeated Refund never refunds twice.
+	// Errors are classified as for Charge: ErrNotCharged means the
+	// provider certainly made no refund; ErrUnknown that it may have. A
+	// refusal (nothing left to refund, insufficient balance) is a Result
+	// with OutcomeFailed.
+	Refund(ctx context.Context, req RefundRequest) (RefundResult, error)
+	// LookupRefund reports what happened to the refund with our reference.
+	// It never creates anything; OutcomeNotFound when the provider has no
+	// such refund.
+	LookupRefund(ctx context.Context, req RefundLookup) (RefundResult, error)
 }
 
 // Secrets are a tenant's credentials for one provider, as the admin sent them
@@ -112,6 +159,19 @@ var (
 	// ErrUnknownProvider: no adapter of that name.
 	ErrUnknownProvider = errors.New("unknown provider")
 )
+
+// RefundReference is our refund reference for a refund's idempotency key
+// of a merchant: like Reference, deterministic, per merchant, and safe in
+// every provider's charset, and never equal to a charge reference.
+func RefundReference(merchantID, key string) string {
+	h := sha256.New()
+	h.Write([]byte("refund"))
+	h.Write([]byte{0})
+	h.Write([]byte(merchantID))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "or-" + hex.EncodeToString(h.Sum(nil))[:40]
+}
 
 // Reference is our charge reference for an idempotency key of a merchant. It
 // is deterministic, so every retry of a key (by the app, a takeover or the

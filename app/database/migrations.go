@@ -138,6 +138,46 @@ UPDATE payments SET request_hash = COALESCE((SELECT k.request_hash FROM idempote
   WHERE k.merchant_id = payments.merchant_id AND k.key = payments.idempotency_key), '')
 WHERE request_hash = '';
 UPDATE payments SET recheck_at = {{now}} WHERE status = 'failed' AND failure_code = 'not_processed' AND recheck_at IS NULL;`},
+	// Refunds (issue 15), under their own idempotency keys. The primary
+	// key leads with merchant_id, as every tenant-owned key will (a
+	// sharded engine distributes by it). amount_refunded on the payment is
+	// the sum of its succeeded and pending refunds, moved only by a
+	// conditional UPDATE in the transaction that records a refund, so it
+	// can never pass the payment's amount.
+	{8, "refunds", `
+CREATE TABLE refunds (
+	merchant_id        TEXT NOT NULL,
+	id                 TEXT NOT NULL,
+	payment_id         TEXT NOT NULL,
+	idempotency_key    TEXT NOT NULL,
+	amount             BIGINT NOT NULL,
+	currency           TEXT NOT NULL,
+	status             TEXT NOT NULL,
+	reason             TEXT NOT NULL DEFAULT '',
+	metadata           TEXT NOT NULL DEFAULT '{}',
+	provider           TEXT NOT NULL,
+	provider_reference TEXT NOT NULL,
+	provider_refund_id TEXT NOT NULL DEFAULT '',
+	failure_code       TEXT NOT NULL DEFAULT '',
+	failure_message    TEXT NOT NULL DEFAULT '',
+	request_hash       TEXT NOT NULL DEFAULT '',
+	attempts           INTEGER NOT NULL DEFAULT 1,
+	created_at         {{ts}} NOT NULL,
+	updated_at         {{ts}} NOT NULL,
+	PRIMARY KEY (merchant_id, id),
+	UNIQUE (merchant_id, idempotency_key)
+);
+CREATE INDEX refunds_payment_idx ON refunds (merchant_id, payment_id, created_at, id);
+ALTER TABLE payments ADD COLUMN amount_refunded BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE simulator_refunds (
+	reference        TEXT PRIMARY KEY,
+	charge_reference TEXT NOT NULL,
+	refund_id        TEXT NOT NULL,
+	amount           BIGINT NOT NULL,
+	status           TEXT NOT NULL,
+	settle_at        {{ts}},
+	created_at       {{ts}} NOT NULL
+);`},
 }
 
 func render(d Dialect, sql string) string {

@@ -219,3 +219,130 @@ func (s *Simulator) Charges(ctx context.Context, reference string) (int, error) 
 	err := s.db.WithContext(ctx).Model(&charge{}).Where("reference = ?", reference).Count(&n).Error
 	return int(n), err
 }
+
+// refund is one simulated refund, keyed by our refund reference.
+type refund struct {
+	Reference       string `gorm:"primaryKey"`
+	ChargeReference string
+	RefundID        string
+	Amount          int64
+	Status          string
+	SettleAt        *time.Time
+	CreatedAt       time.Time
+}
+
+func (refund) TableName() string { return "simulator_refunds" }
+
+// The refund reasons that choose what happens to a simulated refund, as
+// the payment method token does for a charge; any other reason refunds.
+const (
+	RefundTimeout     = "sim_timeout"     // refunded, the answer lost
+	RefundPending     = "sim_pending"     // pending until SettleAfter, then succeeded
+	RefundDecline     = "sim_decline"     // refused (failed)
+	RefundUnavailable = "sim_unavailable" // the provider is down: nothing refunded
+)
+
+// Refund implements providers.Provider. Like a real provider it refunds
+// only a charge that succeeded, never more than was charged in all, and a
+// repeated refund reference finds the first refund.
+func (s *Simulator) Refund(ctx context.Context, req providers.RefundRequest) (providers.RefundResult, error) {
+	if err := s.wait(ctx); err != nil {
+		return providers.RefundResult{}, err
+	}
+	if req.Reason == RefundUnavailable {
+		return providers.RefundResult{}, fmt.Errorf("simulator: %w: provider unavailable", providers.ErrNotCharged)
+	}
+	now := s.cfg.Now().UTC()
+	r := refund{Reference: req.Reference, ChargeReference: req.ChargeReference, RefundID: "simre_" + uuid.NewString(),
+		Amount: req.Amount, Status: "succeeded", CreatedAt: now}
+	switch req.Reason {
+	case RefundDecline:
+		r.Status = "declined"
+	case RefundPending:
+		at := now.Add(s.cfg.SettleAfter)
+		r.Status, r.SettleAt = "pending", &at
+	}
+	var inserted bool
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var c charge
+		if err := tx.Where("reference = ?", req.ChargeReference).Take(&c).Error; err != nil {
+			if errors.Is(err, gorm.ErrRecordNotFound) {
+				r.Status = "no_charge"
+			} else {
+				return err
+			}
+		} else if s.result(c).Outcome != providers.OutcomeSucceeded {
+			r.Status = "not_refundable"
+		} else if r.Status != "declined" {
+			var refunded int64
+			if err := tx.Model(&refund{}).Where("charge_reference = ? AND status IN ?", req.ChargeReference,
+				[]string{"succeeded", "pending"}).Select("COALESCE(SUM(amount), 0)").Scan(&refunded).Error; err != nil {
+				return err
+			}
+			if refunded+req.Amount > c.Amount {
+				r.Status = "exceeds_charge"
+			}
+		}
+		res := tx.Exec(`INSERT INTO simulator_refunds (reference, charge_reference, refund_id, amount, status, settle_at, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.Reference, r.ChargeReference, r.RefundID, r.Amount, r.Status, r.SettleAt, r.CreatedAt)
+		inserted = res.RowsAffected == 1
+		return res.Error
+	})
+	if err != nil {
+		return providers.RefundResult{}, fmt.Errorf("simulator: %w: %v", providers.ErrUnknown, err)
+	}
+	if !inserted {
+		return s.LookupRefund(ctx, providers.RefundLookup{Reference: req.Reference, ChargeReference: req.ChargeReference})
+	}
+	if req.Reason == RefundTimeout {
+		return providers.RefundResult{}, fmt.Errorf("simulator: %w: response lost after refunding", providers.ErrUnknown)
+	}
+	return s.refundResult(r), nil
+}
+
+// LookupRefund implements providers.Provider. It only reads.
+func (s *Simulator) LookupRefund(ctx context.Context, req providers.RefundLookup) (providers.RefundResult, error) {
+	if err := s.wait(ctx); err != nil {
+		return providers.RefundResult{}, err
+	}
+	var r refund
+	err := s.db.WithContext(ctx).Where("reference = ?", req.Reference).Take(&r).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return providers.RefundResult{Outcome: providers.OutcomeNotFound}, nil
+	}
+	if err != nil {
+		return providers.RefundResult{}, fmt.Errorf("simulator: %w: %v", providers.ErrUnknown, err)
+	}
+	return s.refundResult(r), nil
+}
+
+func (s *Simulator) refundResult(r refund) providers.RefundResult {
+	res := providers.RefundResult{RefundID: r.RefundID}
+	switch r.Status {
+	case "succeeded":
+		res.Outcome = providers.OutcomeSucceeded
+	case "pending":
+		res.Outcome = providers.OutcomePending
+		if r.SettleAt != nil && !s.cfg.Now().Before(*r.SettleAt) {
+			res.Outcome = providers.OutcomeSucceeded
+		}
+	default:
+		res.Outcome = providers.OutcomeFailed
+		res.FailureCode = r.Status
+		res.FailureMessage = map[string]string{
+			"declined":       "The refund was declined.",
+			"no_charge":      "There is no charge with that reference.",
+			"not_refundable": "The charge did not succeed; there is nothing to refund.",
+			"exceeds_charge": "The refund exceeds what is left of the charge.",
+		}[r.Status]
+	}
+	return res
+}
+
+// Refunds counts the refunds stored for a refund reference (0 or 1), for
+// tests and the chaos run.
+func (s *Simulator) Refunds(ctx context.Context, reference string) (int, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&refund{}).Where("reference = ?", reference).Count(&n).Error
+	return int(n), err
+}
