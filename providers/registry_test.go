@@ -14,6 +14,12 @@ type stubProvider struct{ s Secrets }
 func (stubProvider) Charge(context.Context, ChargeRequest) (Result, error) { return Result{}, nil }
 func (stubProvider) Lookup(context.Context, string) (Result, error)        { return Result{}, nil }
 func (stubProvider) VerifyWebhook(http.Header, []byte) (Event, error)      { return Event{}, nil }
+func (stubProvider) Refund(context.Context, RefundRequest) (RefundResult, error) {
+	return RefundResult{}, nil
+}
+func (stubProvider) LookupRefund(context.Context, RefundLookup) (RefundResult, error) {
+	return RefundResult{}, nil
+}
 
 func newTestRegistry() *Registry {
 	r := NewRegistry()

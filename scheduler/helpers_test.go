@@ -50,6 +50,14 @@ func (f *fakeProvider) Lookup(ctx context.Context, ref string) (providers.Result
 	return f.lookup(ctx, ref)
 }
 
+func (f *fakeProvider) Refund(context.Context, providers.RefundRequest) (providers.RefundResult, error) {
+	return providers.RefundResult{}, providers.ErrNotCharged
+}
+
+func (f *fakeProvider) LookupRefund(context.Context, providers.RefundLookup) (providers.RefundResult, error) {
+	return providers.RefundResult{Outcome: providers.OutcomeNotFound}, nil
+}
+
 func (f *fakeProvider) VerifyWebhook(http.Header, []byte) (providers.Event, error) {
 	return providers.Event{}, providers.ErrBadSignature
 }

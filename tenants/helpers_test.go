@@ -37,6 +37,14 @@ func (fakeProvider) Lookup(context.Context, string) (providers.Result, error) {
 	return providers.Result{Outcome: providers.OutcomeNotFound}, nil
 }
 
+func (fakeProvider) Refund(context.Context, providers.RefundRequest) (providers.RefundResult, error) {
+	return providers.RefundResult{}, providers.ErrNotCharged
+}
+
+func (fakeProvider) LookupRefund(context.Context, providers.RefundLookup) (providers.RefundResult, error) {
+	return providers.RefundResult{Outcome: providers.OutcomeNotFound}, nil
+}
+
 func (fakeProvider) VerifyWebhook(http.Header, []byte) (providers.Event, error) {
 	return providers.Event{}, providers.ErrBadSignature
 }
