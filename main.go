@@ -43,6 +43,8 @@ package main
 //
 //	@tag.name					payments
 //	@tag.description			Create, get and list a merchant's payments. Creating is idempotent per Idempotency-Key.
+//	@tag.name					refunds
+//	@tag.description			Refund a succeeded payment, all or in parts, idempotent per Idempotency-Key; the refunds never exceed the payment.
 //	@tag.name					auth
 //	@tag.description			Client-credentials grant: client_id and client_secret for a short-lived access token. With HTTP Basic (ClientBasic) the client_id is the username and the client_secret the password.
 //	@tag.name					merchant

@@ -877,6 +877,340 @@ const docTemplate = `{
                 }
             }
         },
+        "/v1/payments/{id}/refunds": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "The refunds of one of the caller's payments, newest first, in pages.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "refunds"
+                ],
+                "summary": "List a payment's refunds",
+                "operationId": "listRefunds",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "description": "Payment id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/RefundPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "payment_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            },
+            "post": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "Refunds all or part of a succeeded payment, at most once per ` + "`" + `Idempotency-Key` + "`" + ` (the same contract as\npayments: a final answer is replayed byte for byte with ` + "`" + `Idempotent-Replayed: true` + "`" + `; 409 while the first\nrequest holds the key; 422 for another body or payment under the key). ` + "`" + `amount` + "`" + ` may be left out: all\nthat is left. The sum of succeeded and pending refunds never exceeds the payment's amount, whatever the\nconcurrency. 201 is final (` + "`" + `succeeded` + "`" + `, or ` + "`" + `failed` + "`" + ` when the provider refused); 202 means the provider's\nanswer is not known yet: the refund is ` + "`" + `pending` + "`" + `; retry with the same key or poll ` + "`" + `Location` + "`" + `.",
+                "consumes": [
+                    "application/json"
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "refunds"
+                ],
+                "summary": "Refund a payment",
+                "operationId": "createRefund",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "description": "Payment id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "refund-7c1b",
+                        "description": "One key per logical refund, 1 to 255 printable ASCII characters",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    },
+                    {
+                        "description": "The refund",
+                        "name": "request",
+                        "in": "body",
+                        "required": true,
+                        "schema": {
+                            "$ref": "#/definitions/CreateRefundRequest"
+                        }
+                    }
+                ],
+                "responses": {
+                    "201": {
+                        "description": "succeeded or failed (final; replayed on retries)",
+                        "schema": {
+                            "$ref": "#/definitions/Refund"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            },
+                            "Location": {
+                                "type": "string",
+                                "description": "/v1/refunds/{id}"
+                            }
+                        }
+                    },
+                    "202": {
+                        "description": "pending: the outcome is not known yet; retry with the same key or poll Location",
+                        "schema": {
+                            "$ref": "#/definitions/Refund"
+                        },
+                        "headers": {
+                            "Location": {
+                                "type": "string",
+                                "description": "/v1/refunds/{id}"
+                            },
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request, refund_exceeds_remaining (amount_refundable says what is left), idempotency_key_missing, idempotency_key_invalid: nothing refunded, the key released",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "payment_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "payment_not_refundable, idempotency_key_in_use: only a succeeded payment is refunded; or another request holds this key",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/refunds/{id}": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "One of the caller's refunds; another merchant's is 404. Polling a ` + "`" + `pending` + "`" + ` refund nobody is working on\nasks the provider (a lookup, never a refund; at most once every few seconds) and answers the settled state.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "refunds"
+                ],
+                "summary": "Get a refund",
+                "operationId": "getRefund",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8",
+                        "description": "Refund id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/Refund"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "refund_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/v1/webhooks/{provider}/{tenant_id}": {
             "post": {
                 "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored.",
@@ -1010,6 +1344,31 @@ const docTemplate = `{
                     "description": "Provider overrides the merchant's default provider.",
                     "type": "string",
                     "example": "simulator"
+                }
+            }
+        },
+        "CreateRefundRequest": {
+            "type": "object",
+            "properties": {
+                "amount": {
+                    "description": "Amount in minor units; absent: all that is left of the payment.",
+                    "type": "integer",
+                    "example": 3000
+                },
+                "metadata": {
+                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).",
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
+                    }
+                },
+                "reason": {
+                    "description": "Reason: requested_by_customer, duplicate, fraudulent, or free text of\nat most 200 characters.",
+                    "type": "string",
+                    "example": "requested_by_customer"
                 }
             }
         },
@@ -1222,6 +1581,7 @@ const docTemplate = `{
             "type": "object",
             "required": [
                 "amount",
+                "amount_refunded",
                 "attempts",
                 "created_at",
                 "currency",
@@ -1239,6 +1599,10 @@ const docTemplate = `{
                 "amount": {
                     "type": "integer",
                     "example": 5000
+                },
+                "amount_refunded": {
+                    "type": "integer",
+                    "example": 0
                 },
                 "attempts": {
                     "type": "integer",
@@ -1448,6 +1812,122 @@ const docTemplate = `{
                 }
             }
         },
+        "Refund": {
+            "type": "object",
+            "required": [
+                "amount",
+                "created_at",
+                "currency",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "payment_id",
+                "provider",
+                "provider_reference",
+                "status",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 3000
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "exceeds_charge"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The refund exceeds what is left of the charge."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "refund-7c1b"
+                },
+                "metadata": {
+                    "type": "object"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "refund"
+                },
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d"
+                },
+                "provider_refund_id": {
+                    "type": "string",
+                    "example": "simre_2b6c7d8e"
+                },
+                "reason": {
+                    "type": "string",
+                    "example": "requested_by_customer"
+                },
+                "status": {
+                    "enum": [
+                        "pending",
+                        "succeeded",
+                        "failed"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/payments.RefundStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:01Z"
+                }
+            }
+        },
+        "RefundPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/Refund"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string",
+                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"
+                }
+            }
+        },
         "Tenant": {
             "type": "object",
             "required": [
@@ -1589,6 +2069,19 @@ const docTemplate = `{
                     "example": "resolved"
                 }
             }
+        },
+        "payments.RefundStatus": {
+            "type": "string",
+            "enum": [
+                "pending",
+                "succeeded",
+                "failed"
+            ],
+            "x-enum-varnames": [
+                "RefundPending",
+                "RefundSucceeded",
+                "RefundFailed"
+            ]
         }
     },
     "securityDefinitions": {
@@ -1615,6 +2108,10 @@ const docTemplate = `{
         {
             "description": "Create, get and list a merchant's payments. Creating is idempotent per Idempotency-Key.",
             "name": "payments"
+        },
+        {
+            "description": "Refund a succeeded payment, all or in parts, idempotent per Idempotency-Key; the refunds never exceed the payment.",
+            "name": "refunds"
         },
         {
             "description": "Client-credentials grant: client_id and client_secret for a short-lived access token. With HTTP Basic (ClientBasic) the client_id is the username and the client_secret the password.",

@@ -118,6 +118,10 @@ type Claim struct {
 	// statement was sent. Work that must not start once the claim may be
 	// lost (a provider call) is bounded by it.
 	LeaseEnds time.Time
+	// ResourceID is what the key is linked to (SetResource, or a completed
+	// answer's), as a takeover found it: it tells a settler which kind of
+	// resource the key is for (a refund's "re_…").
+	ResourceID string
 	// TakenOver is true when the key was claimed from an owner whose lease
 	// lapsed: earlier work may have happened and must be re-driven with the
 	// same references, never started afresh.
@@ -283,7 +287,7 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 		whereVars = append(whereVars, dbclock.Minus(db, p.Every))
 	}
 	stmt := "UPDATE idempotency_keys SET " + strings.Join(set, ", ") + " WHERE " + where +
-		" RETURNING COALESCE(?, 0)"
+		" RETURNING COALESCE(?, 0), resource_id"
 	vars := append(append(setVars, whereVars...), dbclock.SecondsSince(db, "attempted_at"))
 	sent := time.Now()
 	rows, err := db.Raw(stmt, vars...).Rows()
@@ -291,7 +295,8 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 		return Claim{}, false, fmt.Errorf("idempotency: take over: %w", err)
 	}
 	var since float64
-	switch err := scanOne(rows, &since); {
+	var resource string
+	switch err := scanOne(rows, &since, &resource); {
 	case errors.Is(err, sql.ErrNoRows):
 		return Claim{}, false, nil
 	case err != nil:
@@ -300,7 +305,9 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 	if since < 0 {
 		since = 0
 	}
-	return s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, time.Duration(since*float64(time.Second)), sent.Add(p.Lease), true), true, nil
+	c := s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, time.Duration(since*float64(time.Second)), sent.Add(p.Lease), true)
+	c.ResourceID = resource
+	return c, true, nil
 }
 
 // owned updates the key of c with values if c still owns it. A claim still

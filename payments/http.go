@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/idempotency"
@@ -32,6 +33,9 @@ func (h *Handler) Routes(r fiber.Router, idem fiber.Handler) {
 	r.Post("/payments", idem, h.create)
 	r.Get("/payments", h.list)
 	r.Get("/payments/:id", h.get)
+	r.Post("/payments/:id/refunds", idem, h.createRefund)
+	r.Get("/payments/:id/refunds", h.listRefunds)
+	r.Get("/refunds/:id", h.getRefund)
 }
 
 func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
@@ -189,19 +193,8 @@ func (h *Handler) list(c *fiber.Ctx) error {
 	default:
 		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be processing, succeeded, failed or requires_review"})
 	}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return problem.Invalid(problem.FieldError{Field: "limit", Reason: "must be an integer from 1 to 100"})
-		}
-		params.Limit = n
-	}
-	if v := c.Query("cursor"); v != "" {
-		cur, err := decodeCursor(v)
-		if err != nil {
-			return problem.Invalid(problem.FieldError{Field: "cursor", Reason: "is not a cursor this API returned"})
-		}
-		params.After = &cur
+	if params.Limit, params.After, err = pageParams(c, "pay_"); err != nil {
+		return err
 	}
 	rows, err := h.svc.store.List(c.UserContext(), m.ID, params)
 	if err != nil {
@@ -223,8 +216,11 @@ func (h *Handler) list(c *fiber.Ctx) error {
 // wellFormedID reports whether id could be a payment id: "pay_" and 32
 // lowercase hex digits. Anything else names no payment and is not sent to
 // the database (NUL bytes and invalid UTF-8 are errors there, not misses).
-func wellFormedID(id string) bool {
-	const prefix = "pay_"
+func wellFormedID(id string) bool { return wellFormed("pay_", id) }
+
+// wellFormed reports whether id is prefix and 32 lowercase hex digits, the
+// form of every id the payments package makes.
+func wellFormed(prefix, id string) bool {
 	if len(id) != len(prefix)+32 || !strings.HasPrefix(id, prefix) {
 		return false
 	}
@@ -234,6 +230,27 @@ func wellFormedID(id string) bool {
 		}
 	}
 	return true
+}
+
+// pageParams reads limit (1 to 100, default 20) and cursor (of ids with
+// prefix) from the query.
+func pageParams(c *fiber.Ctx, prefix string) (limit int, after *Cursor, err error) {
+	limit = 20
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return 0, nil, problem.Invalid(problem.FieldError{Field: "limit", Reason: "must be an integer from 1 to 100"})
+		}
+		limit = n
+	}
+	if v := c.Query("cursor"); v != "" {
+		cur, err := decodeCursor(v)
+		if err != nil || !wellFormed(prefix, cur.ID) {
+			return 0, nil, problem.Invalid(problem.FieldError{Field: "cursor", Reason: "is not a cursor this API returned"})
+		}
+		after = &cur
+	}
+	return limit, after, nil
 }
 
 func encodeCursor(c Cursor) string {
@@ -246,7 +263,7 @@ func decodeCursor(s string) (Cursor, error) {
 		return Cursor{}, err
 	}
 	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok || !wellFormedID(id) {
+	if !ok || id == "" {
 		return Cursor{}, errors.New("payments: malformed cursor")
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
@@ -254,4 +271,154 @@ func decodeCursor(s string) (Cursor, error) {
 		return Cursor{}, err
 	}
 	return Cursor{CreatedAt: t.UTC(), ID: id}, nil
+}
+
+// createRefund godoc
+// @Summary      Refund a payment
+// @Description  Refunds all or part of a succeeded payment, at most once per `Idempotency-Key` (the same contract as
+// @Description  payments: a final answer is replayed byte for byte with `Idempotent-Replayed: true`; 409 while the first
+// @Description  request holds the key; 422 for another body or payment under the key). `amount` may be left out: all
+// @Description  that is left. The sum of succeeded and pending refunds never exceeds the payment's amount, whatever the
+// @Description  concurrency. 201 is final (`succeeded`, or `failed` when the provider refused); 202 means the provider's
+// @Description  answer is not known yet: the refund is `pending`; retry with the same key or poll `Location`.
+// @Tags         refunds
+// @Accept       json
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     BearerAuth
+// @Param        id path string true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Param        Idempotency-Key header string true "One key per logical refund, 1 to 255 printable ASCII characters" minLength(1) maxLength(255) extensions(x-example=refund-7c1b)
+// @Param        request body CreateRefundRequest true "The refund"
+// @Success      201 {object} RefundView "succeeded or failed (final; replayed on retries)"
+// @Success      202 {object} RefundView "pending: the outcome is not known yet; retry with the same key or poll Location"
+// @Failure      400 {object} problem.Problem "invalid_request, refund_exceeds_remaining (amount_refundable says what is left), idempotency_key_missing, idempotency_key_invalid: nothing refunded, the key released"
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      409 {object} problem.Problem "payment_not_refundable, idempotency_key_in_use: only a succeeded payment is refunded; or another request holds this key"
+// @Failure      413 {object} problem.Problem "body_too_large"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After"
+// @Header       201,202 {string} Location "/v1/refunds/{id}"
+// @Header       201 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       202,409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
+// @ID           createRefund
+// @Router       /v1/payments/{id}/refunds [post]
+func (h *Handler) createRefund(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	claim, ok := idempotency.ClaimFrom(c)
+	if !ok {
+		return errors.New("payments: refunds mounted without the idempotency middleware")
+	}
+	answer, err := h.svc.CreateRefund(c.UserContext(), claim, m, utils.CopyString(c.Params("id")), bytes.Clone(c.Body()))
+	if err != nil {
+		return err
+	}
+	return answer.Write(c)
+}
+
+// RefundPage is one page of a payment's refunds.
+type RefundPage struct {
+	Data       []RefundView `json:"data"`
+	HasMore    bool         `json:"has_more" example:"false"`
+	NextCursor string       `json:"next_cursor,omitempty" example:"MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"`
+} // @name RefundPage
+
+// listRefunds godoc
+// @Summary      List a payment's refunds
+// @Description  The refunds of one of the caller's payments, newest first, in pages.
+// @Tags         refunds
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     BearerAuth
+// @Param        id     path  string true  "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Param        limit  query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
+// @Param        cursor query string false "The next_cursor of the previous page"
+// @Success      200 {object} RefundPage
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Header       429 {integer} Retry-After "seconds"
+// @ID           listRefunds
+// @Router       /v1/payments/{id}/refunds [get]
+func (h *Handler) listRefunds(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	id := c.Params("id")
+	if !wellFormedID(id) {
+		return errPaymentNotFound
+	}
+	if _, err := h.svc.store.Get(c.UserContext(), m.ID, id); errors.Is(err, ErrNotFound) {
+		return errPaymentNotFound
+	} else if err != nil {
+		return err
+	}
+	limit, after, err := pageParams(c, "re_")
+	if err != nil {
+		return err
+	}
+	rows, err := h.svc.store.ListRefunds(c.UserContext(), m.ID, id, limit, after)
+	if err != nil {
+		return err
+	}
+	page := RefundPage{Data: make([]RefundView, 0, len(rows))}
+	if len(rows) > limit {
+		page.HasMore = true
+		rows = rows[:limit]
+		last := rows[len(rows)-1]
+		page.NextCursor = encodeCursor(Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	for i := range rows {
+		page.Data = append(page.Data, rows[i].View())
+	}
+	return c.JSON(page)
+}
+
+// getRefund godoc
+// @Summary      Get a refund
+// @Description  One of the caller's refunds; another merchant's is 404. Polling a `pending` refund nobody is working on
+// @Description  asks the provider (a lookup, never a refund; at most once every few seconds) and answers the settled state.
+// @Tags         refunds
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     BearerAuth
+// @Param        id path string true "Refund id" extensions(x-example=re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8)
+// @Success      200 {object} RefundView
+// @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      404 {object} problem.Problem "refund_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Header       429 {integer} Retry-After "seconds"
+// @ID           getRefund
+// @Router       /v1/refunds/{id} [get]
+func (h *Handler) getRefund(c *fiber.Ctx) error {
+	m, err := h.caller(c)
+	if err != nil {
+		return err
+	}
+	notFound := problem.New(fiber.StatusNotFound, "refund_not_found", "no such refund")
+	id := c.Params("id")
+	if !wellFormed("re_", id) {
+		return notFound
+	}
+	r, err := h.svc.PollRefund(c.UserContext(), m.ID, id)
+	if errors.Is(err, ErrNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(r.View())
 }

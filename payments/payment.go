@@ -72,6 +72,9 @@ type Payment struct {
 	Description           string
 	Metadata              string // a JSON object, as validated
 	Attempts              int
+	// AmountRefunded is the sum of the payment's succeeded and pending
+	// refunds; it never exceeds Amount (see Store.reserve).
+	AmountRefunded int64
 	// RequestHash is the fingerprint of the request that made the payment
 	// (idempotency.Fingerprint), kept for life: after its key's stored
 	// answer is purged, the same request is answered from the ledger and
@@ -109,6 +112,7 @@ type View struct {
 	ID                    string          `json:"id" example:"pay_01hv8m3k2c7r9t5w4x6y8z0a1b"`
 	Object                string          `json:"object" example:"payment"`
 	Amount                int64           `json:"amount" example:"5000"`
+	AmountRefunded        int64           `json:"amount_refunded" example:"0"`
 	Currency              string          `json:"currency" example:"NGN"`
 	Status                Status          `json:"status" example:"succeeded" enums:"processing,succeeded,failed,requires_review"`
 	Provider              string          `json:"provider" example:"simulator"`
@@ -132,7 +136,7 @@ func (p *Payment) View() View {
 		md = json.RawMessage("{}")
 	}
 	return View{
-		ID: p.ID, Object: "payment", Amount: p.Amount, Currency: p.Currency, Status: p.Status,
+		ID: p.ID, Object: "payment", Amount: p.Amount, AmountRefunded: p.AmountRefunded, Currency: p.Currency, Status: p.Status,
 		Provider: p.Provider, ProviderReference: p.ProviderReference,
 		ProviderTransactionID: p.ProviderTransactionID,
 		FailureCode:           p.FailureCode, FailureMessage: p.FailureMessage,

@@ -59,12 +59,7 @@ type input struct {
 func parseCreate(body []byte) (input, *problem.Problem) {
 	var req CreateRequest
 	if err := reqjson.Decode(body, &req); err != nil {
-		var e *reqjson.Error
-		reason := "is not a valid payment request"
-		if errors.As(err, &e) {
-			reason = e.Reason
-		}
-		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: reason})
+		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
 	}
 	var errs []problem.FieldError
 	bad := func(field, reason string) { errs = append(errs, problem.FieldError{Field: field, Reason: reason}) }
@@ -106,24 +101,45 @@ func parseCreate(body []byte) (input, *problem.Problem) {
 	if !utf8.ValidString(in.Description) || utf8.RuneCountInString(in.Description) > maxDescription {
 		bad("description", fmt.Sprintf("must be valid UTF-8, at most %d characters", maxDescription))
 	}
-	if len(req.Metadata) > maxMetadata {
-		bad("metadata", fmt.Sprintf("must have at most %d keys", maxMetadata))
-	}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > maxMetaKey || len(v) > maxMetaValue {
-			bad("metadata", fmt.Sprintf("keys must be 1 to %d characters and values at most %d", maxMetaKey, maxMetaValue))
-			break
-		}
+	if msg := checkMetadata(req.Metadata); msg != "" {
+		bad("metadata", msg)
 	}
 	if len(errs) > 0 {
 		return input{}, problem.Invalid(errs...)
 	}
-	md := []byte("{}")
-	if len(req.Metadata) > 0 {
-		md, _ = json.Marshal(req.Metadata) // map keys are sorted: stable bytes
-	}
-	in.Metadata = string(md)
+	in.Metadata = encodeMetadata(req.Metadata)
 	return in, nil
+}
+
+// reqjsonReason is a strict decoder's refusal, as a field reason.
+func reqjsonReason(err error) string {
+	var e *reqjson.Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return "is not a valid request"
+}
+
+// checkMetadata is the reason metadata is refused, or "".
+func checkMetadata(md map[string]string) string {
+	if len(md) > maxMetadata {
+		return fmt.Sprintf("must have at most %d keys", maxMetadata)
+	}
+	for k, v := range md {
+		if k == "" || len(k) > maxMetaKey || len(v) > maxMetaValue {
+			return fmt.Sprintf("keys must be 1 to %d characters and values at most %d", maxMetaKey, maxMetaValue)
+		}
+	}
+	return ""
+}
+
+// encodeMetadata is metadata as stored: a JSON object, keys sorted.
+func encodeMetadata(md map[string]string) string {
+	if len(md) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(md) // map keys are sorted: stable bytes
+	return string(b)
 }
 
 func printable(s string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -40,6 +41,9 @@ const (
 // database's clock), and the payment is looked up once more after
 // RECHECK_AFTER (Recheck).
 func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
+	if strings.HasPrefix(claim.ResourceID, "re_") {
+		return s.settleRefund(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
+	}
 	return s.settle(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
 }
 

@@ -57,6 +57,16 @@ func (s *Store) Get(ctx context.Context, merchantID, id string) (Payment, error)
 	return p, interpret("get", err)
 }
 
+// getTx is Get on the caller's transaction.
+func (s *Store) getTx(ctx context.Context, tx *gorm.DB, merchantID, id string) (Payment, error) {
+	var p Payment
+	err := s.exec(ctx, tx).Where("id = ?", id).Take(&p).Error
+	if err == nil && p.MerchantID != merchantID {
+		return Payment{}, ErrNotFound
+	}
+	return p, interpret("get", err)
+}
+
 // GetByKey returns the payment made under an idempotency key, with its
 // age by the database's clock (AgeSeconds).
 func (s *Store) GetByKey(ctx context.Context, tx *gorm.DB, merchantID, key string) (Payment, error) {

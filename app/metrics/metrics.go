@@ -114,7 +114,7 @@ func New(opt Options) *Metrics {
 		Help: "Provider calls that failed, by provider, op and class: not_charged (safe to release) or unknown (outcome unknown).",
 	}, []string{"provider", "op", "class"})).(*prometheus.CounterVec)
 	for _, p := range opt.Providers {
-		for _, op := range []string{"charge", "lookup"} {
+		for _, op := range []string{"charge", "lookup", "refund", "refund_lookup"} {
 			for _, class := range providerErrorClasses {
 				m.providerErrors.WithLabelValues(p, op, class)
 			}

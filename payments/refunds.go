@@ -1,0 +1,473 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
+	"github.com/oncepay/gateway/providers"
+)
+
+// Refunds follow the payment protocol exactly, under their own keys: the
+// refund row is written (and its amount reserved on the payment) in the
+// claim's commit, before the provider is called; the outcome and the
+// key's stored answer commit together; an unknown outcome leaves the key
+// in progress for a retry's takeover (which re-sends the refund with the
+// same reference: every adapter dedupes it), a poll, a webhook or the
+// sweeper (which only looks it up). A double refund is the mirror image of
+// a double charge, and is kept out the same way.
+
+// Refund problems.
+var (
+	errPaymentNotFound = problem.New(fiber.StatusNotFound, "payment_not_found", "no such payment")
+	errNotRefundable   = problem.New(fiber.StatusConflict, "payment_not_refundable", "only a succeeded payment can be refunded")
+)
+
+func exceedsRemaining(remaining int64) error {
+	return problem.New(fiber.StatusBadRequest, "refund_exceeds_remaining",
+		"the refund exceeds what is left of the payment").With("amount_refundable", remaining)
+}
+
+// refundClaimErr marks an error found while opening a refund, for which
+// the claim is released (nothing was done) and the error answered.
+type refundClaimErr struct{ err error }
+
+func (e refundClaimErr) Error() string { return e.err.Error() }
+func (e refundClaimErr) Unwrap() error { return e.err }
+
+// CreateRefund runs one refund of the merchant's payment under the
+// request's idempotency claim, ending the claim as Create does.
+func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m Merchant, paymentID string, body []byte) (Answer, error) {
+	in, bad := parseRefund(body)
+	if bad != nil {
+		return Answer{}, s.release(ctx, claim, bad)
+	}
+	if !wellFormedID(paymentID) {
+		return Answer{}, s.release(ctx, claim, errPaymentNotFound)
+	}
+	r, redrive, err := s.openRefund(ctx, claim, m.ID, paymentID, in)
+	var rce refundClaimErr
+	switch {
+	case errors.As(err, &rce):
+		return Answer{}, s.release(ctx, claim, rce.err)
+	case errors.Is(err, errMismatch):
+		return Answer{}, s.release(ctx, claim, idempotency.MismatchProblem())
+	case err != nil:
+		if _, ok := problem.As(err); ok {
+			return Answer{}, err
+		}
+		s.cfg.Log.ErrorContext(ctx, "refund could not be opened; answered 503", "merchant_id", m.ID, "err", err)
+		return Answer{}, dbUnavailable()
+	}
+	if r.Status != RefundPending {
+		// Final in the ledger already (its stored answer was purged).
+		a, err := s.completeRefund(ctx, claim, &r)
+		return replayed(a), err
+	}
+	if redrive && r.age() > redriveWindow {
+		return s.lookUpRefundInstead(ctx, claim, &r)
+	}
+	prov, err := s.accounts.Provider(ctx, m.ID, r.Provider)
+	if err != nil {
+		if redrive {
+			return s.unknownRefund(ctx, claim, &r)
+		}
+		return s.refundNotSent(ctx, claim, &r, err)
+	}
+	if claim.TakenOver {
+		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {
+			if errors.Is(err, idempotency.ErrLostClaim) {
+				return Answer{}, keyInUse()
+			}
+			return Answer{}, dbUnavailable()
+		}
+	}
+	// Sent only within the claim's lease, and bounded by it (see Create).
+	cctx, cancelRefund := context.WithDeadline(ctx, claim.LeaseEnds.Add(-min(leaseMargin, s.cfg.Lease/10)))
+	defer cancelRefund()
+	if cctx.Err() != nil {
+		return Answer{}, keyInUse()
+	}
+	p, err := s.store.Get(ctx, m.ID, r.PaymentID)
+	if err != nil {
+		return s.unknownRefund(ctx, claim, &r) // nothing sent; the key stays for a retry
+	}
+	failpoint("before_refund")
+	start := time.Now()
+	res, err := prov.Refund(cctx, providers.RefundRequest{
+		Reference: r.ProviderReference, ChargeReference: p.ProviderReference, TransactionID: p.ProviderTransactionID,
+		Amount: r.Amount, Currency: r.Currency, Reason: r.Reason,
+	})
+	s.observeProvider(r.Provider, "refund", err, time.Since(start))
+	failpoint("after_refund")
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	switch {
+	case errors.Is(err, providers.ErrNotCharged) && !redrive:
+		return s.refundNotSent(rctx, claim, &r, err)
+	case err != nil:
+		s.cfg.Log.WarnContext(ctx, "refund outcome unknown; left in progress",
+			"merchant_id", m.ID, "refund_id", r.ID, "provider", r.Provider, "err", err)
+		return s.unknownRefund(rctx, claim, &r)
+	case !res.Outcome.Final():
+		return s.unknownRefund(rctx, claim, &r)
+	}
+	a, err := s.finishRefund(rctx, claim, &r, res)
+	if err != nil {
+		if _, ok := problem.As(err); ok {
+			return a, err
+		}
+		s.cfg.Log.ErrorContext(ctx, "refund answered but its outcome could not be recorded; answered 202, left in progress",
+			"merchant_id", m.ID, "refund_id", r.ID, "err", err)
+		return s.unknownRefund(rctx, claim, &r)
+	}
+	return a, nil
+}
+
+// openRefund writes (or re-opens) the refund row, reserving its amount on
+// the payment, in the claim's commit. redrive is true when an earlier
+// attempt's outcome is unknown (a takeover of a pending refund).
+func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merchantID, paymentID string, in refundInput) (r Refund, redrive bool, err error) {
+	now := s.now()
+	err = s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
+		existing, err := s.store.RefundByKey(ctx, tx, merchantID, claim.Key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return s.newRefund(ctx, tx, claim, merchantID, paymentID, in, &r)
+		case err != nil:
+			return err
+		}
+		if existing.PaymentID != paymentID ||
+			(existing.RequestHash != "" && existing.RequestHash != claim.RequestHash && existing.RequestHash != claim.LegacyHash &&
+				!(existing.Status == RefundFailed && existing.FailureCode == FailureProviderUnavailable)) {
+			return errMismatch
+		}
+		r = existing
+		from, fromCode, fromAttempts := r.Status, r.FailureCode, r.Attempts
+		switch {
+		case r.retryable():
+			// Released after a certain non-refund: a new attempt, with the
+			// same reference, whose amount is reserved again.
+			amount := r.Amount
+			if in.Amount != 0 {
+				amount = in.Amount
+			}
+			ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return s.whyNotReserved(ctx, tx, merchantID, paymentID)
+			}
+			r.Amount, r.Reason, r.Metadata = amount, in.Reason, in.Metadata
+			r.Status = RefundPending
+			redrive = fromCode == FailureNotProcessed
+		case r.Status != RefundPending:
+			return nil // final: answered from the ledger
+		default:
+			redrive = true // taken over: re-sent with the same reference
+		}
+		r.Attempts++
+		r.RequestHash = claim.RequestHash
+		r.UpdatedAt = now
+		return s.store.reopenRefund(ctx, tx, &r, from, fromCode, fromAttempts)
+	})
+	if errors.Is(err, idempotency.ErrLostClaim) || errors.Is(err, ErrConflict) {
+		return Refund{}, false, keyInUse()
+	}
+	return r, redrive, err
+}
+
+// newRefund reserves the amount and inserts the refund of a first claim.
+func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.Claim, merchantID, paymentID string, in refundInput, r *Refund) error {
+	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
+	if errors.Is(err, ErrNotFound) {
+		return refundClaimErr{errPaymentNotFound}
+	}
+	if err != nil {
+		return err
+	}
+	if p.Status != StatusSucceeded {
+		return refundClaimErr{errNotRefundable}
+	}
+	amount := in.Amount
+	if amount == 0 {
+		amount = p.Amount - p.AmountRefunded
+	}
+	if amount <= 0 {
+		return refundClaimErr{exceedsRemaining(0)}
+	}
+	ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return s.whyNotReserved(ctx, tx, merchantID, paymentID)
+	}
+	*r = Refund{
+		MerchantID: merchantID, ID: "re_" + compactUUID(), PaymentID: paymentID, IdempotencyKey: claim.Key,
+		Amount: amount, Currency: p.Currency, Status: RefundPending, Reason: in.Reason, Metadata: in.Metadata,
+		Provider: p.Provider, ProviderReference: providers.RefundReference(merchantID, claim.Key),
+		RequestHash: claim.RequestHash, Attempts: 1,
+	}
+	if err := s.store.insertRefund(ctx, tx, r); err != nil {
+		return err
+	}
+	// The key names its refund, so a settler knows what it holds.
+	return s.keys.SetResource(ctx, tx, claim, r.ID)
+}
+
+// whyNotReserved reads why a reservation did not fit, after the fact.
+func (s *Service) whyNotReserved(ctx context.Context, tx *gorm.DB, merchantID, paymentID string) error {
+	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
+	if err != nil {
+		return err
+	}
+	if p.Status != StatusSucceeded {
+		return refundClaimErr{errNotRefundable}
+	}
+	return refundClaimErr{exceedsRemaining(p.Amount - p.AmountRefunded)}
+}
+
+// finishRefund records a final refund outcome and completes the key with
+// the answer, in one transaction; a failed refund gives its amount back.
+func (s *Service) finishRefund(ctx context.Context, claim idempotency.Claim, r *Refund, res providers.RefundResult) (Answer, error) {
+	var answer Answer
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.settleRefundTx(ctx, tx, r, res); err != nil {
+			return err
+		}
+		answer = renderRefund(r)
+		return s.keys.Complete(ctx, tx, claim, answer)
+	})
+	if errors.Is(err, idempotency.ErrLostClaim) {
+		return Answer{}, keyInUse()
+	}
+	return answer, err
+}
+
+// settleRefundTx writes a refund's final outcome (giving a failed one's
+// amount back) or, if another settler was first, reads the ledger's.
+func (s *Service) settleRefundTx(ctx context.Context, tx *gorm.DB, r *Refund, res providers.RefundResult) error {
+	f := refundParams{Status: RefundSucceeded, RefundID: res.RefundID, At: s.now()}
+	if res.Outcome == providers.OutcomeFailed {
+		f.Status, f.FailureCode, f.FailureMessage = RefundFailed, res.FailureCode, res.FailureMessage
+		if f.FailureCode == "" {
+			f.FailureCode = "refund_failed"
+		}
+	}
+	ok, err := s.store.finishRefund(ctx, tx, r.MerchantID, r.ID, f)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		cur, err := s.store.RefundByKey(ctx, tx, r.MerchantID, r.IdempotencyKey)
+		if err != nil {
+			return err
+		}
+		*r = cur
+		return nil
+	}
+	f.applyTo(r)
+	if r.Status == RefundFailed {
+		return s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)
+	}
+	return nil
+}
+
+// completeRefund stores the ledger's final answer under the key.
+func (s *Service) completeRefund(ctx context.Context, claim idempotency.Claim, r *Refund) (Answer, error) {
+	answer := renderRefund(r)
+	err := s.keys.Complete(ctx, nil, claim, answer)
+	if errors.Is(err, idempotency.ErrLostClaim) {
+		return Answer{}, keyInUse()
+	}
+	return answer, err
+}
+
+// refundNotSent records a certain non-refund (failed, provider
+// unavailable: the amount given back) and releases the key, so the app's
+// retry refunds afresh with the same reference.
+func (s *Service) refundNotSent(ctx context.Context, claim idempotency.Claim, r *Refund, cause error) (Answer, error) {
+	ok, err := s.neverRefunded(ctx, claim, r, FailureProviderUnavailable, "The provider did not accept the refund; retry later.")
+	switch {
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return Answer{}, keyInUse()
+	case err != nil:
+		s.cfg.Log.ErrorContext(ctx, "could not record a certain non-refund; answered 503, left in progress", "refund_id", r.ID, "err", err)
+		return Answer{}, dbUnavailable()
+	case !ok:
+		return s.completeRefund(ctx, claim, r)
+	}
+	s.cfg.Log.WarnContext(ctx, "provider did not refund; key released", "refund_id", r.ID, "provider", r.Provider, "err", cause)
+	return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+		"the payment provider is unavailable and did not refund; retry with the same Idempotency-Key").
+		WithRetryAfter(5).With("refund_id", r.ID)
+}
+
+// neverRefunded fails a pending refund with a code that lets its key be
+// claimed afresh, gives its amount back and releases the key, in one
+// transaction, only while the claim owns the key. ok is false when the
+// refund was already final (r is then the ledger's).
+func (s *Service) neverRefunded(ctx context.Context, claim idempotency.Claim, r *Refund, code, msg string) (ok bool, err error) {
+	f := refundParams{Status: RefundFailed, FailureCode: code, FailureMessage: msg, At: s.now()}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if ok, err = s.store.finishRefund(ctx, tx, r.MerchantID, r.ID, f); err != nil || !ok {
+			return err
+		}
+		if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
+			return err
+		}
+		return s.keys.ReleaseTx(ctx, tx, claim)
+	})
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		cur, err := s.store.RefundByKey(ctx, nil, r.MerchantID, r.IdempotencyKey)
+		if err != nil {
+			return false, err
+		}
+		*r = cur
+		return false, nil
+	}
+	f.applyTo(r)
+	return true, nil
+}
+
+// unknownRefund answers 202 with the refund pending; the key stays in
+// progress but this request gives up its lease.
+func (s *Service) unknownRefund(ctx context.Context, claim idempotency.Claim, r *Refund) (Answer, error) {
+	if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		s.cfg.Log.WarnContext(ctx, "could not end lease early", "refund_id", r.ID, "err", err)
+	}
+	body, err := json.Marshal(r.View())
+	if err != nil {
+		return Answer{}, err
+	}
+	return Answer{Status: fiber.StatusAccepted, Header: map[string]string{
+		fiber.HeaderContentType: fiber.MIMEApplicationJSON,
+		fiber.HeaderLocation:    refundLocation(r.ID),
+		fiber.HeaderRetryAfter:  "2",
+	}, Body: body}, nil
+}
+
+// lookUpRefundInstead settles an old pending refund for a retry by lookup.
+func (s *Service) lookUpRefundInstead(ctx context.Context, claim idempotency.Claim, r *Refund) (Answer, error) {
+	st, err := s.settleRefund(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
+	if err != nil {
+		return s.unknownRefund(ctx, claim, r)
+	}
+	switch st {
+	case Resolved, Skipped:
+		rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+		if err != nil {
+			return Answer{}, err
+		}
+		return rec.Response(), nil
+	case Released:
+		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+			"the provider never received this refund; retry with the same Idempotency-Key to send it").
+			WithRetryAfter(1).With("refund_id", r.ID)
+	default:
+		return s.unknownRefund(ctx, claim, r)
+	}
+}
+
+// settleRefund is settle for a key whose resource is a refund: LookupRefund,
+// never Refund; a refund the provider never saw is released (and its
+// amount given back) only when mayRelease.
+func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, mayRelease bool) (Settlement, error) {
+	r, err := s.store.RefundByKey(ctx, nil, claim.MerchantID, claim.Key)
+	if errors.Is(err, ErrNotFound) {
+		return Released, s.keys.Release(ctx, claim)
+	}
+	if err != nil {
+		return "", err
+	}
+	if r.retryable() {
+		return Released, s.keys.Release(ctx, claim)
+	}
+	if r.Status != RefundPending {
+		if _, err := s.completeRefund(ctx, claim, &r); err != nil {
+			return "", err
+		}
+		return Skipped, nil
+	}
+	res, err := s.lookupRefund(ctx, &r)
+	ctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	if err != nil || !res.Outcome.Final() && res.Outcome != providers.OutcomeNotFound ||
+		res.Outcome == providers.OutcomeNotFound && !mayRelease {
+		if lerr := s.keys.LeaveInProgress(ctx, claim); lerr != nil && !errors.Is(lerr, idempotency.ErrLostClaim) {
+			return "", lerr
+		}
+		return Pending, err
+	}
+	if res.Outcome == providers.OutcomeNotFound {
+		ok, err := s.neverRefunded(ctx, claim, &r, FailureNotProcessed,
+			"The provider never received the refund; retry with the same Idempotency-Key.")
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			if _, err := s.completeRefund(ctx, claim, &r); err != nil {
+				return "", err
+			}
+			return Skipped, nil
+		}
+		return Released, nil
+	}
+	if _, err := s.finishRefund(ctx, claim, &r, res); err != nil {
+		return "", err
+	}
+	return Resolved, nil
+}
+
+// lookupRefund asks the refund's provider about its reference.
+func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.RefundResult, error) {
+	prov, err := s.accounts.Provider(ctx, r.MerchantID, r.Provider)
+	if err != nil {
+		return providers.RefundResult{}, err
+	}
+	p, err := s.store.Get(ctx, r.MerchantID, r.PaymentID)
+	if err != nil {
+		return providers.RefundResult{}, err
+	}
+	start := time.Now()
+	res, err := prov.LookupRefund(ctx, providers.RefundLookup{
+		Reference: r.ProviderReference, ChargeReference: p.ProviderReference, TransactionID: p.ProviderTransactionID,
+	})
+	s.observeProvider(r.Provider, "refund_lookup", err, time.Since(start))
+	return res, err
+}
+
+// PollRefund returns the merchant's refund; a pending one nobody works on
+// is first settled by lookup, at most once per PollEvery (as Poll).
+func (s *Service) PollRefund(ctx context.Context, merchantID, id string) (Refund, error) {
+	r, err := s.store.GetRefund(ctx, merchantID, id)
+	if err != nil || r.Status != RefundPending {
+		return r, err
+	}
+	claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{
+		MerchantID: merchantID, Key: r.IdempotencyKey, Lease: s.cfg.Lease, Every: s.cfg.PollEvery,
+	})
+	if err != nil || !ok {
+		return r, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	if st, err := s.settleRefund(lctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter); err != nil {
+		s.cfg.Log.WarnContext(ctx, "poll: settle refund", "refund_id", r.ID, "settlement", string(st), "err", err)
+	}
+	if cur, err := s.store.GetRefund(ctx, merchantID, id); err == nil {
+		r = cur
+	}
+	return r, nil
+}

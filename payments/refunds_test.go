@@ -1,0 +1,278 @@
+package payments_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/scheduler"
+)
+
+// refundOf posts a refund of payment id under key.
+func refundOf(g *apptest.Gateway, m apptest.Merchant, id, key string, body any) apptest.Response {
+	g.T.Helper()
+	return g.Do("POST", "/v1/payments/"+id+"/refunds", raw(body), "Authorization", "Bearer "+m.Token, "Idempotency-Key", key,
+		"Content-Type", "application/json")
+}
+
+// paid makes a succeeded payment of amount and returns its id.
+func paid(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key string, amount int64) string {
+	t.Helper()
+	b := body("sim_success")
+	b["amount"] = amount
+	r := g.Pay(m, key, b)
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	return r.JSON(t)["id"].(string)
+}
+
+func simRefunds(t *testing.T, g *apptest.Gateway, merchantID, key string) int {
+	t.Helper()
+	n, err := g.App.Sim.Refunds(context.Background(), providers.RefundReference(merchantID, key))
+	require.NoError(t, err)
+	return n
+}
+
+func amountRefunded(t *testing.T, g *apptest.Gateway, m apptest.Merchant, id string) float64 {
+	t.Helper()
+	return g.Get(m, "/v1/payments/"+id).JSON(t)["amount_refunded"].(float64)
+}
+
+// TestRefundContract walks the refund contract table on both stores: the
+// payment contract's rows, under refund keys, plus what only refunds have.
+func TestRefundContract(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); refundContract(t, apptest.Start(t)) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); refundContract(t, apptest.Start(t, apptest.SQLite())) })
+}
+
+func refundContract(t *testing.T, g *apptest.Gateway) {
+	m := g.Onboard(nil)
+	other := g.Onboard(nil)
+
+	t.Run("FullRefundIs201AndReplaysByteForByte", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-full", 5000)
+		first := refundOf(g, m, id, "r-full", map[string]any{"reason": "requested_by_customer"})
+		require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+		r := first.JSON(t)
+		require.Equal(t, "refund", r["object"])
+		require.Equal(t, "succeeded", r["status"])
+		require.Equal(t, float64(5000), r["amount"], "no amount: all that is left")
+		require.Equal(t, id, r["payment_id"])
+		require.Equal(t, "/v1/refunds/"+r["id"].(string), first.Header.Get("Location"))
+		requireReplay(t, first, refundOf(g, m, id, "r-full", map[string]any{"reason": "requested_by_customer"}))
+		require.Equal(t, 1, simRefunds(t, g, m.ID, "r-full"))
+		require.Equal(t, float64(5000), amountRefunded(t, g, m, id))
+		got := g.Get(m, "/v1/refunds/"+r["id"].(string))
+		require.Equal(t, http.StatusOK, got.StatusCode)
+		require.Equal(t, "succeeded", got.JSON(t)["status"])
+	})
+
+	t.Run("PartialRefundsUpToTheAmount", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-part", 5000)
+		require.Equal(t, http.StatusCreated, refundOf(g, m, id, "r-part-1", map[string]any{"amount": 3000}).StatusCode)
+		require.Equal(t, http.StatusCreated, refundOf(g, m, id, "r-part-2", map[string]any{"amount": 2000}).StatusCode)
+		over := refundOf(g, m, id, "r-part-3", map[string]any{"amount": 1})
+		require.Equal(t, http.StatusBadRequest, over.StatusCode, string(over.Body))
+		require.Equal(t, "refund_exceeds_remaining", over.Code(t))
+		require.Equal(t, float64(0), over.JSON(t)["amount_refundable"])
+		nothing := refundOf(g, m, id, "r-part-4", map[string]any{})
+		require.Equal(t, "refund_exceeds_remaining", nothing.Code(t))
+		_, err := g.App.Keys.Get(context.Background(), m.ID, "r-part-3")
+		require.Error(t, err, "a refused refund releases its key")
+		list := g.Get(m, "/v1/payments/"+id+"/refunds?limit=1")
+		require.Equal(t, http.StatusOK, list.StatusCode)
+		page := list.JSON(t)
+		require.Len(t, page["data"], 1)
+		require.Equal(t, true, page["has_more"])
+		next := g.Get(m, "/v1/payments/"+id+"/refunds?limit=1&cursor="+page["next_cursor"].(string)).JSON(t)
+		require.Len(t, next["data"], 1)
+		require.Equal(t, false, next["has_more"])
+	})
+
+	t.Run("ContractErrors", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-err", 5000)
+		noKey := g.Do("POST", "/v1/payments/"+id+"/refunds", []byte(`{}`), "Authorization", "Bearer "+m.Token)
+		require.Equal(t, http.StatusBadRequest, noKey.StatusCode)
+		require.Equal(t, "idempotency_key_missing", noKey.Code(t))
+		require.Equal(t, http.StatusCreated, refundOf(g, m, id, "r-err", map[string]any{"amount": 100}).StatusCode)
+		mismatch := refundOf(g, m, id, "r-err", map[string]any{"amount": 200})
+		require.Equal(t, http.StatusUnprocessableEntity, mismatch.StatusCode)
+		require.Equal(t, "idempotency_key_mismatch", mismatch.Code(t))
+		require.Equal(t, http.StatusUnprocessableEntity, g.Pay(m, "r-err", body("sim_success")).StatusCode, "a refund's key is not a payment's")
+		bad := refundOf(g, m, id, "r-bad", map[string]any{"amount": -5})
+		require.Equal(t, http.StatusBadRequest, bad.StatusCode)
+		require.Equal(t, "invalid_request", bad.Code(t))
+		dup := g.Do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":1,"AMOUNT":5000}`), "Authorization", "Bearer "+m.Token,
+			"Idempotency-Key", "r-dup", "Content-Type", "application/json")
+		require.Equal(t, http.StatusBadRequest, dup.StatusCode)
+		long := refundOf(g, m, id, "r-long", map[string]any{"reason": string(make([]byte, 201))})
+		require.Equal(t, http.StatusBadRequest, long.StatusCode)
+	})
+
+	t.Run("OnlySucceededPaymentsOfTheCaller", func(t *testing.T) {
+		t.Parallel()
+		declined := g.Pay(m, "p-declined", body("sim_decline"))
+		require.Equal(t, http.StatusPaymentRequired, declined.StatusCode)
+		did := declined.JSON(t)["payment"].(map[string]any)["id"].(string)
+		r := refundOf(g, m, did, "r-declined", map[string]any{})
+		require.Equal(t, http.StatusConflict, r.StatusCode)
+		require.Equal(t, "payment_not_refundable", r.Code(t))
+
+		id := paid(t, g, m, "p-mine", 5000)
+		theirs := refundOf(g, other, id, "r-theirs", map[string]any{})
+		require.Equal(t, http.StatusNotFound, theirs.StatusCode)
+		require.Equal(t, "payment_not_found", theirs.Code(t))
+		require.Equal(t, http.StatusNotFound, refundOf(g, m, "pay_00000000000000000000000000000000", "r-none", map[string]any{}).StatusCode)
+		require.Equal(t, http.StatusNotFound, refundOf(g, m, "pay_%00", "r-nul", map[string]any{}).StatusCode)
+		require.Equal(t, float64(0), amountRefunded(t, g, m, id))
+
+		ok := refundOf(g, m, id, "r-mine", map[string]any{"amount": 10})
+		require.Equal(t, http.StatusCreated, ok.StatusCode)
+		rid := ok.JSON(t)["id"].(string)
+		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/refunds/"+rid).StatusCode)
+		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/payments/"+id+"/refunds").StatusCode)
+	})
+
+	t.Run("ProviderDownIs503AndReleasesTheKey", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-down", 5000)
+		r := refundOf(g, m, id, "r-down", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
+		require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+		require.Equal(t, "provider_unavailable", r.Code(t))
+		require.Equal(t, float64(0), amountRefunded(t, g, m, id), "the reservation was given back")
+		again := refundOf(g, m, id, "r-down", map[string]any{"amount": 1000})
+		require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
+		require.Equal(t, float64(1000), amountRefunded(t, g, m, id))
+		require.Equal(t, 1, simRefunds(t, g, m.ID, "r-down"))
+	})
+
+	t.Run("RefusedByTheProviderIs201FailedAndGivesTheAmountBack", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-refused", 5000)
+		r := refundOf(g, m, id, "r-refused", map[string]any{"reason": "sim_decline"})
+		require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+		require.Equal(t, "failed", r.JSON(t)["status"])
+		require.Equal(t, float64(0), amountRefunded(t, g, m, id))
+		requireReplay(t, r, refundOf(g, m, id, "r-refused", map[string]any{"reason": "sim_decline"}))
+		require.Equal(t, http.StatusCreated, refundOf(g, m, id, "r-refused-2", map[string]any{}).StatusCode, "still refundable")
+	})
+
+	t.Run("LostAnswerIs202AndTheRetryRefundsOnce", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-lost", 5000)
+		first := refundOf(g, m, id, "r-lost", map[string]any{"amount": 700, "reason": "sim_timeout"})
+		require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+		require.Equal(t, "pending", first.JSON(t)["status"])
+		require.Equal(t, float64(700), amountRefunded(t, g, m, id), "a pending refund counts")
+		second := refundOf(g, m, id, "r-lost", map[string]any{"amount": 700, "reason": "sim_timeout"})
+		require.Equal(t, http.StatusCreated, second.StatusCode, string(second.Body))
+		require.Equal(t, "succeeded", second.JSON(t)["status"])
+		require.Equal(t, first.JSON(t)["id"], second.JSON(t)["id"])
+		require.Equal(t, 1, simRefunds(t, g, m.ID, "r-lost"))
+		requireReplay(t, second, refundOf(g, m, id, "r-lost", map[string]any{"amount": 700, "reason": "sim_timeout"}))
+	})
+}
+
+// A refund whose answer is lost, and whom nobody retries, is settled by
+// the sweeper by lookup, with one refund at the provider; a pending one
+// too, once the provider settles it.
+func TestSweeperSettlesRefunds(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	id := paid(t, g, m, "p", 5000)
+	lost := refundOf(g, m, id, "r-lost", map[string]any{"amount": 1000, "reason": "sim_timeout"})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	pending := refundOf(g, m, id, "r-pending", map[string]any{"amount": 2000, "reason": "sim_pending"})
+	require.Equal(t, http.StatusAccepted, pending.StatusCode, string(pending.Body))
+	require.Equal(t, scheduler.Counts{}, sweep(t, g), "not stale yet")
+
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_refunds", "settle_at")
+	c := sweep(t, g)
+	require.Equal(t, 2, c.Resolved, "%+v", c)
+	for _, k := range []string{"r-lost", "r-pending"} {
+		require.Equal(t, 1, simRefunds(t, g, m.ID, k))
+		rec, err := g.App.Keys.Get(context.Background(), m.ID, k)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, rec.StatusCode)
+	}
+	retry := refundOf(g, m, id, "r-lost", map[string]any{"amount": 1000, "reason": "sim_timeout"})
+	require.Equal(t, http.StatusCreated, retry.StatusCode)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.Equal(t, float64(3000), amountRefunded(t, g, m, id))
+}
+
+// Polling a pending refund's Location settles it by lookup.
+func TestPollingARefundSettlesIt(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	id := paid(t, g, m, "p", 5000)
+	lost := refundOf(g, m, id, "r", map[string]any{"reason": "sim_timeout"})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode)
+	got := g.Get(m, lost.Header.Get("Location"))
+	require.Equal(t, "succeeded", got.JSON(t)["status"])
+	require.Equal(t, 1, simRefunds(t, g, m.ID, "r"))
+}
+
+// Twenty racing refunds of 1000 with distinct keys on 7000 left: exactly
+// seven succeed, whatever the interleaving — on one instance and on three.
+func TestRacingRefundsNeverExceedThePayment(t *testing.T) {
+	t.Parallel()
+	for _, instances := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d instances", instances), func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t)
+			gs := []*apptest.Gateway{g}
+			for range instances - 1 {
+				gs = append(gs, apptest.Start(t, apptest.Env("DATABASE_URL", g.DBURL)))
+			}
+			m := g.Onboard(nil)
+			id := paid(t, g, m, "p", 8000)
+			require.Equal(t, http.StatusCreated, refundOf(g, m, id, "first", map[string]any{"amount": 1000}).StatusCode)
+			var wg sync.WaitGroup
+			codes := make([]int, 20)
+			start := make(chan struct{})
+			for i := range 20 {
+				wg.Go(func() {
+					<-start
+					r := refundOf(gs[i%len(gs)], m, id, fmt.Sprintf("racer-%d", i), map[string]any{"amount": 1000})
+					codes[i] = r.StatusCode
+				})
+			}
+			close(start)
+			wg.Wait()
+			won, refused := 0, 0
+			for _, c := range codes {
+				switch c {
+				case http.StatusCreated:
+					won++
+				case http.StatusBadRequest:
+					refused++
+				default:
+					t.Errorf("unexpected answer %d", c)
+				}
+			}
+			require.Equal(t, 7, won, "%v", codes)
+			require.Equal(t, 13, refused)
+			require.Equal(t, float64(8000), amountRefunded(t, g, m, id))
+			var sum int64
+			require.NoError(t, g.App.DB().Raw("SELECT COALESCE(SUM(amount), 0) FROM refunds WHERE payment_id = ? AND status = ?", id, payments.RefundSucceeded).Row().Scan(&sum))
+			require.EqualValues(t, 8000, sum)
+		})
+	}
+}

@@ -1,0 +1,161 @@
+package payments
+
+import (
+	"context"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbclock"
+)
+
+// The refunds ledger's statements. Every one names the merchant: the
+// refunds table's primary key is (merchant_id, id).
+
+// RefundByKey returns the refund made under an idempotency key, with its
+// age by the database's clock.
+func (s *Store) RefundByKey(ctx context.Context, tx *gorm.DB, merchantID, key string) (Refund, error) {
+	var r Refund
+	db := s.exec(ctx, tx)
+	err := db.Select("*, ? AS age_seconds", dbclock.SecondsSince(db, "created_at")).
+		Where("merchant_id = ? AND idempotency_key = ?", merchantID, key).Take(&r).Error
+	return r, interpret("refund by key", err)
+}
+
+// GetRefund returns the merchant's refund with this id; another
+// merchant's is ErrNotFound.
+func (s *Store) GetRefund(ctx context.Context, merchantID, id string) (Refund, error) {
+	var r Refund
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND id = ?", merchantID, id).Take(&r).Error
+	return r, interpret("get refund", err)
+}
+
+// ListRefunds returns up to limit+1 of a payment's refunds, newest first,
+// after the cursor when one is given.
+func (s *Store) ListRefunds(ctx context.Context, merchantID, paymentID string, limit int, after *Cursor) ([]Refund, error) {
+	q := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ?", merchantID, paymentID)
+	if after != nil {
+		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", after.CreatedAt, after.CreatedAt, after.ID)
+	}
+	var out []Refund
+	err := q.Order("created_at DESC, id DESC").Limit(limit + 1).Find(&out).Error
+	return out, interpret("list refunds", err)
+}
+
+// pendingRefunds returns a payment's refunds still pending, for a
+// provider's refund event.
+func (s *Store) pendingRefunds(ctx context.Context, merchantID, paymentID string) ([]Refund, error) {
+	var out []Refund
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ? AND status = ?", merchantID, paymentID, RefundPending).
+		Order("created_at, id").Limit(100).Find(&out).Error
+	return out, interpret("pending refunds", err)
+}
+
+// insertRefund writes r, stamped with the database's time.
+func (s *Store) insertRefund(ctx context.Context, tx *gorm.DB, r *Refund) error {
+	db := s.exec(ctx, tx)
+	rows, err := db.Raw(`INSERT INTO refunds (merchant_id, id, payment_id, idempotency_key, amount, currency, status, reason,
+  metadata, provider, provider_reference, provider_refund_id, failure_code, failure_message, request_hash, attempts,
+  created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING created_at`,
+		r.MerchantID, r.ID, r.PaymentID, r.IdempotencyKey, r.Amount, r.Currency, r.Status, r.Reason,
+		r.Metadata, r.Provider, r.ProviderReference, r.ProviderRefundID, r.FailureCode, r.FailureMessage,
+		r.RequestHash, r.Attempts, dbclock.Now(db), dbclock.Now(db)).Rows()
+	if err != nil {
+		return interpret("insert refund", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return interpret("insert refund", rows.Err())
+	}
+	var created any
+	if err := rows.Scan(&created); err != nil {
+		return interpret("insert refund", err)
+	}
+	at, err := dbclock.Parse(created)
+	if err != nil {
+		return interpret("insert refund", err)
+	}
+	r.CreatedAt, r.UpdatedAt = at, at
+	return interpret("insert refund", rows.Close())
+}
+
+// reopenRefund starts a new attempt on a refund whose key was claimed
+// again, conditional on the state the caller read (see Store.Reopen); the
+// request's fields replace the old ones (after a certain non-refund
+// nothing was refunded for them).
+func (s *Store) reopenRefund(ctx context.Context, tx *gorm.DB, r *Refund, from RefundStatus, fromCode string, fromAttempts int) error {
+	res := s.exec(ctx, tx).Model(&Refund{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code = ? AND attempts = ?", r.MerchantID, r.ID, from, fromCode, fromAttempts).
+		Updates(map[string]any{
+			"status": r.Status, "failure_code": "", "failure_message": "", "attempts": r.Attempts,
+			"amount": r.Amount, "reason": r.Reason, "metadata": r.Metadata,
+			"request_hash": r.RequestHash, "updated_at": r.UpdatedAt,
+		})
+	if res.Error != nil {
+		return interpret("reopen refund", res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return ErrConflict
+	}
+	return nil
+}
+
+// refundParams is a refund's state change.
+type refundParams struct {
+	Status         RefundStatus
+	RefundID       string
+	FailureCode    string
+	FailureMessage string
+	At             time.Time
+}
+
+func (f refundParams) applyTo(r *Refund) {
+	r.Status, r.FailureCode, r.FailureMessage, r.UpdatedAt = f.Status, f.FailureCode, f.FailureMessage, f.At
+	if f.RefundID != "" {
+		r.ProviderRefundID = f.RefundID
+	}
+}
+
+// finishRefund moves a pending refund to its outcome; ok is false, with
+// nothing written, when it is no longer pending (another settler won).
+func (s *Store) finishRefund(ctx context.Context, tx *gorm.DB, merchantID, id string, f refundParams) (ok bool, err error) {
+	values := map[string]any{"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage, "updated_at": f.At}
+	if f.RefundID != "" {
+		values["provider_refund_id"] = f.RefundID
+	}
+	res := s.exec(ctx, tx).Model(&Refund{}).
+		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, RefundPending).Updates(values)
+	if res.Error != nil {
+		return false, interpret("finish refund", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// reserve adds amount to the payment's amount_refunded in one conditional
+// statement: only a succeeded payment, and only while the sum of its
+// succeeded and pending refunds stays within its amount. Concurrent
+// reservations queue on the payment's row and each re-checks the sum, so
+// no interleaving of any number of requests on any number of instances
+// refunds more than was charged. ok is false, with nothing written, when
+// the refund does not fit.
+func (s *Store) reserve(ctx context.Context, tx *gorm.DB, merchantID, paymentID string, amount int64) (ok bool, err error) {
+	res := s.exec(ctx, tx).Exec(`UPDATE payments SET amount_refunded = amount_refunded + ?
+WHERE id = ? AND merchant_id = ? AND status = ? AND amount_refunded + ? <= amount`,
+		amount, paymentID, merchantID, StatusSucceeded, amount)
+	if res.Error != nil {
+		return false, interpret("reserve refund", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// unreserve gives a failed refund's amount back to the payment.
+func (s *Store) unreserve(ctx context.Context, tx *gorm.DB, merchantID, paymentID string, amount int64) error {
+	res := s.exec(ctx, tx).Exec(`UPDATE payments SET amount_refunded = amount_refunded - ?
+WHERE id = ? AND merchant_id = ? AND amount_refunded >= ?`, amount, paymentID, merchantID, amount)
+	if res.Error == nil && res.RowsAffected != 1 {
+		return ErrConflict
+	}
+	return interpret("unreserve refund", res.Error)
+}
