@@ -16,9 +16,11 @@ import (
 	"github.com/gofiber/swagger"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/metrics"
+	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/config"
 	"github.com/oncepay/gateway/docs" // the OpenAPI 3 document; also registers swag's 2.0 one at /swagger/doc.json
@@ -256,13 +258,18 @@ func (a *App) routes() {
 	// leaves room for the database work around them.
 	budget := deadline(a.cfg.Provider.Timeout + 10*time.Second)
 
-	admin := f.Group("/admin/v1", budget)
-	th.AdminRoutes(admin)
-
+	// Admin actions are audited; their events carry the request's id.
+	admin := f.Group("/admin/v1", budget, func(c *fiber.Ctx) error {
+		c.SetUserContext(audit.WithRequestID(c.UserContext(), problem.RequestID(c)))
+		return c.Next()
+	})
+	th.AdminRoutes(admin) // first: it puts the admin key check on the group
+	audit.NewHandler(audit.NewStore(a.db)).Routes(admin)
 	ph := payments.NewHandler(a.Payments, func(c *fiber.Ctx) (payments.Merchant, bool) {
 		t, ok := tenants.CurrentTenant(c)
 		return payments.Merchant{ID: t.ID, DefaultProvider: t.DefaultProvider, Providers: t.Providers}, ok
 	})
+	ph.AdminRoutes(admin)
 
 	v1 := f.Group("/v1", budget)
 	// Routes without merchant auth come first: Fiber runs a group's

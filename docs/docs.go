@@ -17,6 +17,335 @@ const docTemplate = `{
     "host": "{{.Host}}",
     "basePath": "{{.BasePath}}",
     "paths": {
+        "/admin/v1/audit-events": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Every admin action, newest first, in pages: tenants created, updated, suspended, reactivated,\ncredentials rotated, provider secrets changed (names only, never values), payments resolved. Each event\nwas written in the same transaction as its change; the log is append-only (no route changes it).",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "List audit events",
+                "operationId": "listAuditEvents",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "description": "Only events about this tenant",
+                        "name": "tenant_id",
+                        "in": "query"
+                    },
+                    {
+                        "enum": [
+                            "tenant.created",
+                            "tenant.updated",
+                            "tenant.suspended",
+                            "tenant.reactivated",
+                            "tenant.credentials_rotated",
+                            "tenant.provider_secrets_changed",
+                            "payment.resolved"
+                        ],
+                        "type": "string",
+                        "description": "Only this action",
+                        "name": "action",
+                        "in": "query"
+                    },
+                    {
+                        "maximum": 200,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 50,
+                        "description": "Page size, 1 to 200",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AuditEventPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/admin/v1/payments": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Payments across tenants, newest first, in pages. The review queue is ` + "`" + `status=requires_review` + "`" + `.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Search payments (operators)",
+                "operationId": "adminSearchPayments",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "description": "Only this tenant's",
+                        "name": "tenant_id",
+                        "in": "query"
+                    },
+                    {
+                        "enum": [
+                            "processing",
+                            "succeeded",
+                            "failed",
+                            "requires_review"
+                        ],
+                        "type": "string",
+                        "description": "Only in this status",
+                        "name": "status",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "Only through this provider",
+                        "name": "provider",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "Our reference at the provider (op-…)",
+                        "name": "provider_reference",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The customer's email, exactly",
+                        "name": "email",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "Created at or after (RFC 3339)",
+                        "name": "created_from",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "Created before (RFC 3339)",
+                        "name": "created_to",
+                        "in": "query"
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminPaymentPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/admin/v1/payments/{id}": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the\nkey's last attempt and lease, a pending recheck).",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Get a payment (operators)",
+                "operationId": "adminGetPayment",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "description": "Payment id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminPaymentDetail"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "payment_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/admin/v1/payments/{id}/resolve": {
+            "post": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the\nway the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)\nand the audit event commit together. The provider is asked once more first; when its answer is final and\ncontradicts the resolution, nothing changes (409 provider_disagrees, with what it said).",
+                "consumes": [
+                    "application/json"
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Resolve a payment (operators)",
+                "operationId": "adminResolvePayment",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "description": "Payment id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "description": "The decision",
+                        "name": "request",
+                        "in": "body",
+                        "required": true,
+                        "schema": {
+                            "$ref": "#/definitions/ResolveRequest"
+                        }
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminPayment"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "payment_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/admin/v1/tenants": {
             "get": {
                 "security": [
@@ -571,6 +900,32 @@ const docTemplate = `{
                         "type": "string",
                         "description": "Only payments in this status",
                         "name": "status",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "Created at or after (RFC 3339)",
+                        "name": "created_from",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "Created before (RFC 3339)",
+                        "name": "created_to",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The customer's email, exactly",
+                        "name": "email",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "A metadata key and value to match (any key: metadata[key]=value, up to 5)",
+                        "name": "metadata[order_id]",
                         "in": "query"
                     },
                     {
@@ -1296,6 +1651,388 @@ const docTemplate = `{
         }
     },
     "definitions": {
+        "AdminKeyState": {
+            "type": "object",
+            "required": [
+                "lease_lapsed",
+                "status"
+            ],
+            "properties": {
+                "completed_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "last_attempt_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "last_poll_lookup_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "lease_lapsed": {
+                    "type": "boolean",
+                    "example": true
+                },
+                "status": {
+                    "type": "string",
+                    "example": "in_progress"
+                },
+                "stored_status": {
+                    "type": "integer",
+                    "example": 201
+                }
+            }
+        },
+        "AdminPayment": {
+            "type": "object",
+            "required": [
+                "amount",
+                "amount_refunded",
+                "attempts",
+                "created_at",
+                "currency",
+                "email",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "provider",
+                "provider_reference",
+                "status",
+                "tenant_id",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 5000
+                },
+                "amount_refunded": {
+                    "type": "integer",
+                    "example": 0
+                },
+                "attempts": {
+                    "type": "integer",
+                    "example": 1
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "description": {
+                    "type": "string",
+                    "example": "Order #1001"
+                },
+                "email": {
+                    "type": "string",
+                    "example": "ada@example.com"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "card_declined"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The card was declined."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "8e03978e-40d5-43e8-bc93-6894a57f9324"
+                },
+                "metadata": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
+                    }
+                },
+                "object": {
+                    "type": "string",
+                    "example": "payment"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"
+                },
+                "provider_transaction_id": {
+                    "type": "string",
+                    "example": "sim_2b6c7d8e"
+                },
+                "status": {
+                    "enum": [
+                        "processing",
+                        "succeeded",
+                        "failed",
+                        "requires_review"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/PaymentStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:01Z"
+                }
+            }
+        },
+        "AdminPaymentDetail": {
+            "type": "object",
+            "required": [
+                "amount",
+                "amount_refunded",
+                "attempts",
+                "created_at",
+                "currency",
+                "email",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "provider",
+                "provider_reference",
+                "refunds",
+                "status",
+                "tenant_id",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 5000
+                },
+                "amount_refunded": {
+                    "type": "integer",
+                    "example": 0
+                },
+                "attempts": {
+                    "type": "integer",
+                    "example": 1
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "description": {
+                    "type": "string",
+                    "example": "Order #1001"
+                },
+                "email": {
+                    "type": "string",
+                    "example": "ada@example.com"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "card_declined"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The card was declined."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "8e03978e-40d5-43e8-bc93-6894a57f9324"
+                },
+                "key": {
+                    "$ref": "#/definitions/AdminKeyState"
+                },
+                "metadata": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "string"
+                    },
+                    "example": {
+                        "order_id": "1001"
+                    }
+                },
+                "object": {
+                    "type": "string",
+                    "example": "payment"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0"
+                },
+                "provider_transaction_id": {
+                    "type": "string",
+                    "example": "sim_2b6c7d8e"
+                },
+                "recheck_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "refunds": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/Refund"
+                    }
+                },
+                "status": {
+                    "enum": [
+                        "processing",
+                        "succeeded",
+                        "failed",
+                        "requires_review"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/PaymentStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-02T10:00:01Z"
+                }
+            }
+        },
+        "AdminPaymentPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/AdminPayment"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string",
+                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"
+                }
+            }
+        },
+        "AuditEvent": {
+            "type": "object",
+            "required": [
+                "action",
+                "actor",
+                "after",
+                "at",
+                "before",
+                "id",
+                "target_id",
+                "target_type"
+            ],
+            "properties": {
+                "action": {
+                    "type": "string",
+                    "example": "tenant.suspended"
+                },
+                "actor": {
+                    "type": "string",
+                    "example": "admin"
+                },
+                "after": {
+                    "type": "object"
+                },
+                "at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:00Z"
+                },
+                "before": {
+                    "description": "Before and After are the target's non-secret fields around the change.",
+                    "type": "object"
+                },
+                "id": {
+                    "type": "string",
+                    "example": "aud_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "note": {
+                    "type": "string",
+                    "example": "checked at the provider's dashboard"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "5f0b7c2e-8d1a-4e3b-9c6d-7a8b9c0d1e2f"
+                },
+                "target_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                },
+                "target_type": {
+                    "type": "string",
+                    "example": "tenant"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                }
+            }
+        },
+        "AuditEventPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/AuditEvent"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string",
+                    "example": "MTc2NDc1NjAwMDAwMDAwMC5hdWRfMDE"
+                }
+            }
+        },
         "CreatePaymentRequest": {
             "type": "object",
             "required": [
@@ -1925,6 +2662,27 @@ const docTemplate = `{
                 "next_cursor": {
                     "type": "string",
                     "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"
+                }
+            }
+        },
+        "ResolveRequest": {
+            "type": "object",
+            "required": [
+                "note",
+                "status"
+            ],
+            "properties": {
+                "note": {
+                    "type": "string",
+                    "example": "checked at the provider's dashboard: no such charge"
+                },
+                "status": {
+                    "type": "string",
+                    "enum": [
+                        "succeeded",
+                        "failed"
+                    ],
+                    "example": "failed"
                 }
             }
         },

@@ -171,6 +171,10 @@ type Page struct {
 // @Produce      application/problem+json
 // @Security     BearerAuth
 // @Param        status query string false "Only payments in this status" Enums(processing, succeeded, failed, requires_review)
+// @Param        created_from query string false "Created at or after (RFC 3339)" format(date-time)
+// @Param        created_to   query string false "Created before (RFC 3339)" format(date-time)
+// @Param        email        query string false "The customer's email, exactly"
+// @Param        metadata[order_id] query string false "A metadata key and value to match (any key: metadata[key]=value, up to 5)"
 // @Param        limit  query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
 // @Param        cursor query string false "The next_cursor of the previous page"
 // @Success      200 {object} Page
@@ -194,6 +198,15 @@ func (h *Handler) list(c *fiber.Ctx) error {
 		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be processing, succeeded, failed or requires_review"})
 	}
 	if params.Limit, params.After, err = pageParams(c, "pay_"); err != nil {
+		return err
+	}
+	if params.CreatedFrom, params.CreatedTo, err = createdRange(c); err != nil {
+		return err
+	}
+	if params.Email = c.Query("email"); params.Email != "" && !printableText(params.Email, 254) {
+		return problem.Invalid(problem.FieldError{Field: "email", Reason: "is not an email address"})
+	}
+	if params.Metadata, err = metadataFilter(c); err != nil {
 		return err
 	}
 	rows, err := h.svc.store.List(c.UserContext(), m.ID, params)
@@ -230,6 +243,32 @@ func wellFormed(prefix, id string) bool {
 		}
 	}
 	return true
+}
+
+// metadataFilter reads metadata[key]=value pairs from the query (at most
+// 5; keys of [A-Za-z0-9_.-], values printable, both within metadata's
+// limits).
+func metadataFilter(c *fiber.Ctx) (map[string]string, error) {
+	var out map[string]string
+	var bad error
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) {
+		key := string(k)
+		if bad != nil || !strings.HasPrefix(key, "metadata[") {
+			return
+		}
+		name, ok := strings.CutSuffix(strings.TrimPrefix(key, "metadata["), "]")
+		val := string(v)
+		if !ok || !plainToken(name, maxMetaKey) || strings.Contains(name, "=") || !printableText(val, maxMetaValue) || len(out) == 5 {
+			bad = problem.Invalid(problem.FieldError{Field: "metadata",
+				Reason: "use up to 5 metadata[key]=value filters, keys of letters, digits, '_', '.' and '-'"})
+			return
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = val
+	})
+	return out, bad
 }
 
 // pageParams reads limit (1 to 100, default 20) and cursor (of ids with

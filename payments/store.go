@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -219,8 +220,16 @@ func finishClaimed(id, key string, f finishParams) clause.Expr {
 
 // ListParams selects a page of payments, newest first.
 type ListParams struct {
-	Status Status // optional filter
-	Limit  int
+	Status      Status     // optional filters
+	CreatedFrom *time.Time // inclusive
+	CreatedTo   *time.Time // exclusive
+	Email       string
+	// Metadata selects payments whose metadata holds every one of these
+	// key/value pairs (keys are checked by the handler: [A-Za-z0-9_.-]).
+	// On PostgreSQL a GIN index on metadata::jsonb serves the containment
+	// test; on SQLite (development) it is a scan of the merchant's rows.
+	Metadata map[string]string
+	Limit    int
 	// After continues a listing: only payments older than this one (by
 	// created_at, then id) are returned.
 	After *Cursor
@@ -238,6 +247,25 @@ func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Pa
 	q := s.exec(ctx, nil).Where("merchant_id = ?", merchantID)
 	if p.Status != "" {
 		q = q.Where("status = ?", p.Status)
+	}
+	if p.CreatedFrom != nil {
+		q = q.Where("created_at >= ?", p.CreatedFrom.UTC())
+	}
+	if p.CreatedTo != nil {
+		q = q.Where("created_at < ?", p.CreatedTo.UTC())
+	}
+	if p.Email != "" {
+		q = q.Where("email = ?", p.Email)
+	}
+	if len(p.Metadata) > 0 {
+		if q.Dialector.Name() == "postgres" {
+			want, _ := json.Marshal(p.Metadata)
+			q = q.Where("metadata::jsonb @> ?::jsonb", string(want))
+		} else {
+			for k, v := range p.Metadata {
+				q = q.Where("json_extract(metadata, ?) = ?", `$."`+k+`"`, v)
+			}
+		}
 	}
 	if p.After != nil {
 		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.CreatedAt, p.After.CreatedAt, p.After.ID)

@@ -16,6 +16,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -158,8 +159,14 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 		if err := s.writeAccounts(tx, row.ID, p.Providers, at); err != nil {
 			return err
 		}
-		return insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: row.ID,
-			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at})
+		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: row.ID,
+			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at}); err != nil {
+			return err
+		}
+		after := auditView(s.toTenant(row, sortedKeys(p.Providers)))
+		after.ClientID = creds.ClientID
+		return audit.Record(ctx, tx, audit.Change{Action: audit.TenantCreated, TargetType: "tenant",
+			TargetID: row.ID, TenantID: row.ID, After: after})
 	})
 	if err != nil {
 		return Tenant{}, Credentials{}, fmt.Errorf("tenants: create: %w", err)
@@ -168,6 +175,49 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 	s.log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "client_id", creds.ClientID,
 		"default_provider", t.DefaultProvider, "providers", t.Providers)
 	return t, creds, nil
+}
+
+// auditedTenant is what the audit log keeps of a tenant: its non-secret
+// fields (never a secret, a hash or a provider secret's value).
+type auditedTenant struct {
+	Name            string   `json:"name"`
+	Status          string   `json:"status"`
+	DefaultProvider string   `json:"default_provider"`
+	Providers       []string `json:"providers"`
+	ClientID        string   `json:"client_id,omitempty"`
+}
+
+func auditView(t Tenant) auditedTenant {
+	return auditedTenant{Name: t.Name, Status: t.Status, DefaultProvider: t.DefaultProvider, Providers: t.Providers}
+}
+
+// recordUpdate writes the events of an update: a suspension or a
+// reactivation is its own action, provider secrets changed another (by
+// name), and any other change an update.
+func recordUpdate(ctx context.Context, tx *gorm.DB, before, after Tenant, secretsChanged []string) error {
+	b, a := auditView(before), auditView(after)
+	rec := func(action string, note string) error {
+		return audit.Record(ctx, tx, audit.Change{Action: action, TargetType: "tenant", TargetID: after.ID,
+			TenantID: after.ID, Before: b, After: a, Note: note})
+	}
+	if before.Status != after.Status {
+		action := audit.TenantSuspended
+		if after.Status == StatusActive {
+			action = audit.TenantReactivated
+		}
+		if err := rec(action, ""); err != nil {
+			return err
+		}
+	}
+	if len(secretsChanged) > 0 {
+		if err := rec(audit.ProviderSecretsSet, "providers: "+strings.Join(secretsChanged, ", ")); err != nil {
+			return err
+		}
+	}
+	if b.Name != a.Name || b.DefaultProvider != a.DefaultProvider || (before.Status == after.Status && len(secretsChanged) == 0) {
+		return rec(audit.TenantUpdated, "")
+	}
+	return nil
 }
 
 // Get returns the tenant. Errors: ErrNotFound.
@@ -267,6 +317,7 @@ func (s *Service) Update(ctx context.Context, id string, p UpdateParams) (Tenant
 		if err != nil {
 			return err
 		}
+		before := s.toTenant(row, names[id])
 		have := map[string]bool{}
 		for _, n := range names[id] {
 			have[n] = true
@@ -303,7 +354,7 @@ func (s *Service) Update(ctx context.Context, id string, p UpdateParams) (Tenant
 			return err
 		}
 		out = s.toTenant(row, names[id])
-		return nil
+		return recordUpdate(ctx, tx, before, out, secretNames(p.Providers))
 	})
 	if err != nil {
 		var ve *ValidationError
@@ -335,8 +386,13 @@ func (s *Service) RotateCredentials(ctx context.Context, tenantID string) (Crede
 			return err
 		}
 		revoked = n
-		return insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: tenantID,
-			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at})
+		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: tenantID,
+			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at}); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, audit.Change{Action: audit.CredentialsRotated, TargetType: "tenant",
+			TargetID: tenantID, TenantID: tenantID,
+			After: map[string]any{"client_id": creds.ClientID, "credentials_revoked": n}})
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {

@@ -17,6 +17,12 @@ type migration struct {
 	SQL     string
 }
 
+// postgresOnly is more SQL of a version, run after its SQL on PostgreSQL
+// only: what SQLite has no equivalent of, such as a GIN index.
+var postgresOnly = map[int]string{
+	8: `CREATE INDEX payments_metadata_idx ON payments USING gin ((metadata::jsonb))`,
+}
+
 // migrations are applied in order and never edited once released: a change
 // is a new version.
 var migrations = []migration{
@@ -177,7 +183,24 @@ CREATE TABLE simulator_refunds (
 	status           TEXT NOT NULL,
 	settle_at        {{ts}},
 	created_at       {{ts}} NOT NULL
-);`},
+);
+CREATE TABLE audit_events (
+	id          TEXT PRIMARY KEY,
+	at          {{ts}} NOT NULL,
+	actor       TEXT NOT NULL,
+	action      TEXT NOT NULL,
+	target_type TEXT NOT NULL,
+	target_id   TEXT NOT NULL,
+	tenant_id   TEXT NOT NULL DEFAULT '',
+	request_id  TEXT NOT NULL DEFAULT '',
+	before      TEXT NOT NULL DEFAULT '{}',
+	after       TEXT NOT NULL DEFAULT '{}',
+	note        TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX audit_events_at_idx ON audit_events (at, id);
+CREATE INDEX audit_events_tenant_idx ON audit_events (tenant_id, at, id);
+CREATE INDEX payments_created_idx ON payments (created_at, id);
+CREATE INDEX payments_email_idx ON payments (merchant_id, email, created_at);`},
 }
 
 func render(d Dialect, sql string) string {
@@ -224,7 +247,11 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 			if have[m.Version] {
 				continue
 			}
-			for _, stmt := range strings.Split(render(d, m.SQL), ";") {
+			sql := m.SQL
+			if extra := postgresOnly[m.Version]; d == Postgres && extra != "" {
+				sql += ";\n" + extra
+			}
+			for _, stmt := range strings.Split(render(d, sql), ";") {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}

@@ -77,6 +77,24 @@ func (e PaymentStatus) Valid() bool {
 	}
 }
 
+// Defines values for ResolveRequestStatus.
+const (
+	ResolveRequestStatusFailed    ResolveRequestStatus = "failed"
+	ResolveRequestStatusSucceeded ResolveRequestStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the ResolveRequestStatus enum.
+func (e ResolveRequestStatus) Valid() bool {
+	switch e {
+	case ResolveRequestStatusFailed:
+		return true
+	case ResolveRequestStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TenantStatus.
 const (
 	TenantStatusActive    TenantStatus = "active"
@@ -134,6 +152,63 @@ func (e PaymentsRefundStatus) Valid() bool {
 	}
 }
 
+// Defines values for ListAuditEventsParamsAction.
+const (
+	PaymentResolved              ListAuditEventsParamsAction = "payment.resolved"
+	TenantCreated                ListAuditEventsParamsAction = "tenant.created"
+	TenantCredentialsRotated     ListAuditEventsParamsAction = "tenant.credentials_rotated"
+	TenantProviderSecretsChanged ListAuditEventsParamsAction = "tenant.provider_secrets_changed"
+	TenantReactivated            ListAuditEventsParamsAction = "tenant.reactivated"
+	TenantSuspended              ListAuditEventsParamsAction = "tenant.suspended"
+	TenantUpdated                ListAuditEventsParamsAction = "tenant.updated"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditEventsParamsAction enum.
+func (e ListAuditEventsParamsAction) Valid() bool {
+	switch e {
+	case PaymentResolved:
+		return true
+	case TenantCreated:
+		return true
+	case TenantCredentialsRotated:
+		return true
+	case TenantProviderSecretsChanged:
+		return true
+	case TenantReactivated:
+		return true
+	case TenantSuspended:
+		return true
+	case TenantUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AdminSearchPaymentsParamsStatus.
+const (
+	AdminSearchPaymentsParamsStatusFailed         AdminSearchPaymentsParamsStatus = "failed"
+	AdminSearchPaymentsParamsStatusProcessing     AdminSearchPaymentsParamsStatus = "processing"
+	AdminSearchPaymentsParamsStatusRequiresReview AdminSearchPaymentsParamsStatus = "requires_review"
+	AdminSearchPaymentsParamsStatusSucceeded      AdminSearchPaymentsParamsStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the AdminSearchPaymentsParamsStatus enum.
+func (e AdminSearchPaymentsParamsStatus) Valid() bool {
+	switch e {
+	case AdminSearchPaymentsParamsStatusFailed:
+		return true
+	case AdminSearchPaymentsParamsStatusProcessing:
+		return true
+	case AdminSearchPaymentsParamsStatusRequiresReview:
+		return true
+	case AdminSearchPaymentsParamsStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for IssueTokenFormdataBodyGrantType.
 const (
 	ClientCredentials IssueTokenFormdataBodyGrantType = "client_credentials"
@@ -151,26 +226,221 @@ func (e IssueTokenFormdataBodyGrantType) Valid() bool {
 
 // Defines values for ListPaymentsParamsStatus.
 const (
-	Failed         ListPaymentsParamsStatus = "failed"
-	Processing     ListPaymentsParamsStatus = "processing"
-	RequiresReview ListPaymentsParamsStatus = "requires_review"
-	Succeeded      ListPaymentsParamsStatus = "succeeded"
+	ListPaymentsParamsStatusFailed         ListPaymentsParamsStatus = "failed"
+	ListPaymentsParamsStatusProcessing     ListPaymentsParamsStatus = "processing"
+	ListPaymentsParamsStatusRequiresReview ListPaymentsParamsStatus = "requires_review"
+	ListPaymentsParamsStatusSucceeded      ListPaymentsParamsStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the ListPaymentsParamsStatus enum.
 func (e ListPaymentsParamsStatus) Valid() bool {
 	switch e {
-	case Failed:
+	case ListPaymentsParamsStatusFailed:
 		return true
-	case Processing:
+	case ListPaymentsParamsStatusProcessing:
 		return true
-	case RequiresReview:
+	case ListPaymentsParamsStatusRequiresReview:
 		return true
-	case Succeeded:
+	case ListPaymentsParamsStatusSucceeded:
 		return true
 	default:
 		return false
 	}
+}
+
+// AdminKeyState defines model for AdminKeyState.
+type AdminKeyState struct {
+	CompletedAt      *time.Time `json:"completed_at,omitempty"`
+	LastAttemptAt    *time.Time `json:"last_attempt_at,omitempty"`
+	LastPollLookupAt *time.Time `json:"last_poll_lookup_at,omitempty"`
+
+	// LeaseLapsed Example: true
+	LeaseLapsed bool `json:"lease_lapsed"`
+
+	// Status Example: in_progress
+	Status string `json:"status"`
+
+	// StoredStatus Example: 201
+	StoredStatus *int `json:"stored_status,omitempty"`
+}
+
+// AdminPayment defines model for AdminPayment.
+type AdminPayment struct {
+	// Amount Example: 5000
+	Amount int `json:"amount"`
+
+	// AmountRefunded Example: 0
+	AmountRefunded int `json:"amount_refunded"`
+
+	// Attempts Example: 1
+	Attempts int `json:"attempts"`
+
+	// CreatedAt Example: 2026-12-02T10:00:00Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// Currency Example: NGN
+	Currency string `json:"currency"`
+
+	// Description Example: Order #1001
+	Description *string `json:"description,omitempty"`
+
+	// Email Example: ada@example.com
+	Email string `json:"email"`
+
+	// FailureCode Example: card_declined
+	FailureCode *string `json:"failure_code,omitempty"`
+
+	// FailureMessage Example: The card was declined.
+	FailureMessage *string `json:"failure_message,omitempty"`
+
+	// Id Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	Id string `json:"id"`
+
+	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
+	IdempotencyKey string `json:"idempotency_key"`
+
+	// Metadata Example: {"order_id":"1001"}
+	Metadata map[string]string `json:"metadata"`
+
+	// Object Example: payment
+	Object string `json:"object"`
+
+	// Provider Example: simulator
+	Provider string `json:"provider"`
+
+	// ProviderReference Example: op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0
+	ProviderReference string `json:"provider_reference"`
+
+	// ProviderTransactionId Example: sim_2b6c7d8e
+	ProviderTransactionId *string `json:"provider_transaction_id,omitempty"`
+
+	// Status Example: succeeded
+	Status PaymentStatus `json:"status"`
+
+	// TenantId Example: ten_df4a0c1b2e3f405162738495
+	TenantId string `json:"tenant_id"`
+
+	// UpdatedAt Example: 2026-12-02T10:00:01Z
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// AdminPaymentDetail defines model for AdminPaymentDetail.
+type AdminPaymentDetail struct {
+	// Amount Example: 5000
+	Amount int `json:"amount"`
+
+	// AmountRefunded Example: 0
+	AmountRefunded int `json:"amount_refunded"`
+
+	// Attempts Example: 1
+	Attempts int `json:"attempts"`
+
+	// CreatedAt Example: 2026-12-02T10:00:00Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// Currency Example: NGN
+	Currency string `json:"currency"`
+
+	// Description Example: Order #1001
+	Description *string `json:"description,omitempty"`
+
+	// Email Example: ada@example.com
+	Email string `json:"email"`
+
+	// FailureCode Example: card_declined
+	FailureCode *string `json:"failure_code,omitempty"`
+
+	// FailureMessage Example: The card was declined.
+	FailureMessage *string `json:"failure_message,omitempty"`
+
+	// Id Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	Id string `json:"id"`
+
+	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
+	IdempotencyKey string         `json:"idempotency_key"`
+	Key            *AdminKeyState `json:"key,omitempty"`
+
+	// Metadata Example: {"order_id":"1001"}
+	Metadata map[string]string `json:"metadata"`
+
+	// Object Example: payment
+	Object string `json:"object"`
+
+	// Provider Example: simulator
+	Provider string `json:"provider"`
+
+	// ProviderReference Example: op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0
+	ProviderReference string `json:"provider_reference"`
+
+	// ProviderTransactionId Example: sim_2b6c7d8e
+	ProviderTransactionId *string    `json:"provider_transaction_id,omitempty"`
+	RecheckAt             *time.Time `json:"recheck_at,omitempty"`
+	Refunds               []Refund   `json:"refunds"`
+
+	// Status Example: succeeded
+	Status PaymentStatus `json:"status"`
+
+	// TenantId Example: ten_df4a0c1b2e3f405162738495
+	TenantId string `json:"tenant_id"`
+
+	// UpdatedAt Example: 2026-12-02T10:00:01Z
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// AdminPaymentPage defines model for AdminPaymentPage.
+type AdminPaymentPage struct {
+	Data []AdminPayment `json:"data"`
+
+	// HasMore Example: false
+	HasMore bool `json:"has_more"`
+
+	// NextCursor Example: MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AuditEvent defines model for AuditEvent.
+type AuditEvent struct {
+	// Action Example: tenant.suspended
+	Action string `json:"action"`
+
+	// Actor Example: admin
+	Actor string                 `json:"actor"`
+	After map[string]interface{} `json:"after"`
+
+	// At Example: 2026-12-03T10:00:00Z
+	At time.Time `json:"at"`
+
+	// Before Before and After are the target's non-secret fields around the change.
+	Before map[string]interface{} `json:"before"`
+
+	// Id Example: aud_0f1e2d3c4b5a69788796a5b4c3d2e1f0
+	Id string `json:"id"`
+
+	// Note Example: checked at the provider's dashboard
+	Note *string `json:"note,omitempty"`
+
+	// RequestId Example: 5f0b7c2e-8d1a-4e3b-9c6d-7a8b9c0d1e2f
+	RequestId *string `json:"request_id,omitempty"`
+
+	// TargetId Example: ten_df4a0c1b2e3f405162738495
+	TargetId string `json:"target_id"`
+
+	// TargetType Example: tenant
+	TargetType string `json:"target_type"`
+
+	// TenantId Example: ten_df4a0c1b2e3f405162738495
+	TenantId *string `json:"tenant_id,omitempty"`
+}
+
+// AuditEventPage defines model for AuditEventPage.
+type AuditEventPage struct {
+	Data []AuditEvent `json:"data"`
+
+	// HasMore Example: false
+	HasMore bool `json:"has_more"`
+
+	// NextCursor Example: MTc2NDc1NjAwMDAwMDAwMC5hdWRfMDE
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // CreatePaymentRequest defines model for CreatePaymentRequest.
@@ -514,6 +784,18 @@ type RefundPage struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
+// ResolveRequest defines model for ResolveRequest.
+type ResolveRequest struct {
+	// Note Example: checked at the provider's dashboard: no such charge
+	Note string `json:"note"`
+
+	// Status Example: failed
+	Status ResolveRequestStatus `json:"status"`
+}
+
+// ResolveRequestStatus Example: failed
+type ResolveRequestStatus string
+
 // Tenant defines model for Tenant.
 type Tenant struct {
 	// CreatedAt Example: 2025-01-02T15:04:05Z
@@ -597,6 +879,57 @@ type WebhookResult struct {
 // PaymentsRefundStatus defines model for payments.RefundStatus.
 type PaymentsRefundStatus string
 
+// ListAuditEventsParams defines parameters for ListAuditEvents.
+type ListAuditEventsParams struct {
+	// TenantId Only events about this tenant
+	TenantId *string `form:"tenant_id,omitempty" json:"tenant_id,omitempty"`
+
+	// Action Only this action
+	Action *ListAuditEventsParamsAction `form:"action,omitempty" json:"action,omitempty"`
+
+	// Limit Page size, 1 to 200
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListAuditEventsParamsAction defines parameters for ListAuditEvents.
+type ListAuditEventsParamsAction string
+
+// AdminSearchPaymentsParams defines parameters for AdminSearchPayments.
+type AdminSearchPaymentsParams struct {
+	// TenantId Only this tenant's
+	TenantId *string `form:"tenant_id,omitempty" json:"tenant_id,omitempty"`
+
+	// Status Only in this status
+	Status *AdminSearchPaymentsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Provider Only through this provider
+	Provider *string `form:"provider,omitempty" json:"provider,omitempty"`
+
+	// ProviderReference Our reference at the provider (op-…)
+	ProviderReference *string `form:"provider_reference,omitempty" json:"provider_reference,omitempty"`
+
+	// Email The customer's email, exactly
+	Email *string `form:"email,omitempty" json:"email,omitempty"`
+
+	// CreatedFrom Created at or after (RFC 3339)
+	CreatedFrom *time.Time `form:"created_from,omitempty" json:"created_from,omitempty"`
+
+	// CreatedTo Created before (RFC 3339)
+	CreatedTo *time.Time `form:"created_to,omitempty" json:"created_to,omitempty"`
+
+	// Limit Page size, 1 to 100
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminSearchPaymentsParamsStatus defines parameters for AdminSearchPayments.
+type AdminSearchPaymentsParamsStatus string
+
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
 	// Limit Page size
@@ -630,6 +963,18 @@ type ListPaymentsParams struct {
 	// Status Only payments in this status
 	Status *ListPaymentsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
 
+	// CreatedFrom Created at or after (RFC 3339)
+	CreatedFrom *time.Time `form:"created_from,omitempty" json:"created_from,omitempty"`
+
+	// CreatedTo Created before (RFC 3339)
+	CreatedTo *time.Time `form:"created_to,omitempty" json:"created_to,omitempty"`
+
+	// Email The customer's email, exactly
+	Email *string `form:"email,omitempty" json:"email,omitempty"`
+
+	// MetadataOrderId A metadata key and value to match (any key: metadata[key]=value, up to 5)
+	MetadataOrderId *string `form:"metadata[order_id],omitempty" json:"metadata[order_id],omitempty"`
+
 	// Limit Page size, 1 to 100
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -660,6 +1005,9 @@ type CreateRefundParams struct {
 	// IdempotencyKey One key per logical refund, 1 to 255 printable ASCII characters
 	IdempotencyKey string `json:"Idempotency-Key"`
 }
+
+// AdminResolvePaymentJSONRequestBody defines body for AdminResolvePayment for application/json ContentType.
+type AdminResolvePaymentJSONRequestBody = ResolveRequest
 
 // CreateTenantJSONRequestBody defines body for CreateTenant for application/json ContentType.
 type CreateTenantJSONRequestBody = CreateTenantRequest
@@ -749,6 +1097,54 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// ListAuditEvents List audit events
+	//
+	// Every admin action, newest first, in pages: tenants created, updated, suspended, reactivated,
+	// credentials rotated, provider secrets changed (names only, never values), payments resolved. Each event
+	// was written in the same transaction as its change; the log is append-only (no route changes it).
+	//
+	// Corresponds with GET /admin/v1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminSearchPayments Search payments (operators)
+	//
+	// Payments across tenants, newest first, in pages. The review queue is `status=requires_review`.
+	//
+	// Corresponds with GET /admin/v1/payments (the `AdminSearchPayments` operationId).
+	AdminSearchPayments(ctx context.Context, params *AdminSearchPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminGetPayment Get a payment (operators)
+	//
+	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
+	// key's last attempt and lease, a pending recheck).
+	//
+	// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
+	AdminGetPayment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminResolvePaymentWithBody Resolve a payment (operators)
+	//
+	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+	// and the audit event commit together. The provider is asked once more first; when its answer is final and
+	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+	AdminResolvePaymentWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminResolvePayment Resolve a payment (operators)
+	//
+	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+	// and the audit event commit together. The provider is asked once more first; when its answer is final and
+	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+	AdminResolvePayment(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTenants List tenants
 	//
@@ -963,6 +1359,104 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAuditEvents List audit events
+//
+// Every admin action, newest first, in pages: tenants created, updated, suspended, reactivated,
+// credentials rotated, provider secrets changed (names only, never values), payments resolved. Each event
+// was written in the same transaction as its change; the log is append-only (no route changes it).
+//
+// Corresponds with GET /admin/v1/audit-events (the `ListAuditEvents` operationId).
+func (c *Client) ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminSearchPayments Search payments (operators)
+//
+// Payments across tenants, newest first, in pages. The review queue is `status=requires_review`.
+//
+// Corresponds with GET /admin/v1/payments (the `AdminSearchPayments` operationId).
+func (c *Client) AdminSearchPayments(ctx context.Context, params *AdminSearchPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminSearchPaymentsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminGetPayment Get a payment (operators)
+//
+// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
+// key's last attempt and lease, a pending recheck).
+//
+// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
+func (c *Client) AdminGetPayment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminGetPaymentRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminResolvePaymentWithBody Resolve a payment (operators)
+//
+// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+// and the audit event commit together. The provider is asked once more first; when its answer is final and
+// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+func (c *Client) AdminResolvePaymentWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminResolvePaymentRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminResolvePayment Resolve a payment (operators)
+//
+// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+// and the audit event commit together. The provider is asked once more first; when its answer is final and
+// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+func (c *Client) AdminResolvePayment(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminResolvePaymentRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListTenants List tenants
@@ -1399,6 +1893,327 @@ func (c *Client) ReceiveWebhook(ctx context.Context, provider string, tenantId s
 	return c.Client.Do(req)
 }
 
+// NewListAuditEventsRequest constructs an http.Request for the ListAuditEvents method
+func NewListAuditEventsRequest(server string, params *ListAuditEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/audit-events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.TenantId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant_id", *params.TenantId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminSearchPaymentsRequest constructs an http.Request for the AdminSearchPayments method
+func NewAdminSearchPaymentsRequest(server string, params *AdminSearchPaymentsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/payments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.TenantId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant_id", *params.TenantId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Provider != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "provider", *params.Provider, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ProviderReference != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "provider_reference", *params.ProviderReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Email != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "email", *params.Email, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedFrom != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_from", *params.CreatedFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedTo != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_to", *params.CreatedTo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminGetPaymentRequest constructs an http.Request for the AdminGetPayment method
+func NewAdminGetPaymentRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/payments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminResolvePaymentRequest calls the generic AdminResolvePayment builder with application/json body
+func NewAdminResolvePaymentRequest(server string, id string, body AdminResolvePaymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdminResolvePaymentRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAdminResolvePaymentRequestWithBody constructs an http.Request for the AdminResolvePayment method, with any body, and a specified content type
+func NewAdminResolvePaymentRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/payments/%s/resolve", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTenantsRequest constructs an http.Request for the ListTenants method
 func NewListTenantsRequest(server string, params *ListTenantsParams) (*http.Request, error) {
 	var err error
@@ -1808,6 +2623,54 @@ func NewListPaymentsRequest(server string, params *ListPaymentsParams) (*http.Re
 
 		}
 
+		if params.CreatedFrom != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_from", *params.CreatedFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedTo != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_to", *params.CreatedTo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Email != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "email", *params.Email, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MetadataOrderId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "metadata[order_id]", *params.MetadataOrderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -2185,6 +3048,60 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAuditEventsWithResponse List audit events
+	//
+	// Every admin action, newest first, in pages: tenants created, updated, suspended, reactivated,
+	// credentials rotated, provider secrets changed (names only, never values), payments resolved. Each event
+	// was written in the same transaction as its change; the log is append-only (no route changes it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error)
+
+	// AdminSearchPaymentsWithResponse Search payments (operators)
+	//
+	// Payments across tenants, newest first, in pages. The review queue is `status=requires_review`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/payments (the `AdminSearchPayments` operationId).
+	AdminSearchPaymentsWithResponse(ctx context.Context, params *AdminSearchPaymentsParams, reqEditors ...RequestEditorFn) (*AdminSearchPaymentsResponse, error)
+
+	// AdminGetPaymentWithResponse Get a payment (operators)
+	//
+	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
+	// key's last attempt and lease, a pending recheck).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
+	AdminGetPaymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AdminGetPaymentResponse, error)
+
+	// AdminResolvePaymentWithBodyWithResponse Resolve a payment (operators)
+	//
+	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+	// and the audit event commit together. The provider is asked once more first; when its answer is final and
+	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+	AdminResolvePaymentWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdminResolvePaymentResponse, error)
+
+	// AdminResolvePaymentWithResponse Resolve a payment (operators)
+	//
+	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+	// and the audit event commit together. The provider is asked once more first; when its answer is final and
+	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+	AdminResolvePaymentWithResponse(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminResolvePaymentResponse, error)
+
 	// ListTenantsWithResponse List tenants
 	//
 	// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
@@ -2422,6 +3339,394 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhookWithResponse(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*ReceiveWebhookResponse, error)
+}
+
+// ListAuditEventsResponse200Headers the declared response headers of an HTTP 200 response for ListAuditEvents
+type ListAuditEventsResponse200Headers struct {
+	XRequestId string
+}
+
+// ListAuditEventsResponse400Headers the declared response headers of an HTTP 400 response for ListAuditEvents
+type ListAuditEventsResponse400Headers struct {
+	XRequestId string
+}
+
+// ListAuditEventsResponse401Headers the declared response headers of an HTTP 401 response for ListAuditEvents
+type ListAuditEventsResponse401Headers struct {
+	XRequestId string
+}
+
+// ListAuditEventsResponse500Headers the declared response headers of an HTTP 500 response for ListAuditEvents
+type ListAuditEventsResponse500Headers struct {
+	XRequestId string
+}
+
+type ListAuditEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditEventPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListAuditEventsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListAuditEventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAuditEventsResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListAuditEventsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditEventsResponse) GetJSON200() *AuditEventPage {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminSearchPaymentsResponse200Headers the declared response headers of an HTTP 200 response for AdminSearchPayments
+type AdminSearchPaymentsResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminSearchPaymentsResponse400Headers the declared response headers of an HTTP 400 response for AdminSearchPayments
+type AdminSearchPaymentsResponse400Headers struct {
+	XRequestId string
+}
+
+// AdminSearchPaymentsResponse401Headers the declared response headers of an HTTP 401 response for AdminSearchPayments
+type AdminSearchPaymentsResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminSearchPaymentsResponse500Headers the declared response headers of an HTTP 500 response for AdminSearchPayments
+type AdminSearchPaymentsResponse500Headers struct {
+	XRequestId string
+}
+
+type AdminSearchPaymentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminPaymentPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminSearchPaymentsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminSearchPaymentsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminSearchPaymentsResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminSearchPaymentsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminSearchPaymentsResponse) GetJSON200() *AdminPaymentPage {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminSearchPaymentsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminSearchPaymentsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminSearchPaymentsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminSearchPaymentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminSearchPaymentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminSearchPaymentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminSearchPaymentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminGetPaymentResponse200Headers the declared response headers of an HTTP 200 response for AdminGetPayment
+type AdminGetPaymentResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminGetPaymentResponse401Headers the declared response headers of an HTTP 401 response for AdminGetPayment
+type AdminGetPaymentResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminGetPaymentResponse404Headers the declared response headers of an HTTP 404 response for AdminGetPayment
+type AdminGetPaymentResponse404Headers struct {
+	XRequestId string
+}
+
+// AdminGetPaymentResponse500Headers the declared response headers of an HTTP 500 response for AdminGetPayment
+type AdminGetPaymentResponse500Headers struct {
+	XRequestId string
+}
+
+type AdminGetPaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminPaymentDetail
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminGetPaymentResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminGetPaymentResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AdminGetPaymentResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminGetPaymentResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminGetPaymentResponse) GetJSON200() *AdminPaymentDetail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminGetPaymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdminGetPaymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminGetPaymentResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminGetPaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminGetPaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminGetPaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminGetPaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminResolvePaymentResponse200Headers the declared response headers of an HTTP 200 response for AdminResolvePayment
+type AdminResolvePaymentResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminResolvePaymentResponse400Headers the declared response headers of an HTTP 400 response for AdminResolvePayment
+type AdminResolvePaymentResponse400Headers struct {
+	XRequestId string
+}
+
+// AdminResolvePaymentResponse401Headers the declared response headers of an HTTP 401 response for AdminResolvePayment
+type AdminResolvePaymentResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminResolvePaymentResponse404Headers the declared response headers of an HTTP 404 response for AdminResolvePayment
+type AdminResolvePaymentResponse404Headers struct {
+	XRequestId string
+}
+
+// AdminResolvePaymentResponse409Headers the declared response headers of an HTTP 409 response for AdminResolvePayment
+type AdminResolvePaymentResponse409Headers struct {
+	XRequestId string
+}
+
+// AdminResolvePaymentResponse500Headers the declared response headers of an HTTP 500 response for AdminResolvePayment
+type AdminResolvePaymentResponse500Headers struct {
+	XRequestId string
+}
+
+type AdminResolvePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminPayment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminResolvePaymentResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminResolvePaymentResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminResolvePaymentResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AdminResolvePaymentResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AdminResolvePaymentResponse409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminResolvePaymentResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminResolvePaymentResponse) GetJSON200() *AdminPayment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminResolvePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminResolvePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminResolvePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminResolvePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // ListTenantsResponse200Headers the declared response headers of an HTTP 200 response for ListTenants
@@ -4348,6 +5653,90 @@ func (r ReceiveWebhookResponse) ContentType() string {
 	return ""
 }
 
+// ListAuditEventsWithResponse List audit events
+//
+// Every admin action, newest first, in pages: tenants created, updated, suspended, reactivated,
+// credentials rotated, provider secrets changed (names only, never values), payments resolved. Each event
+// was written in the same transaction as its change; the log is append-only (no route changes it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/audit-events (the `ListAuditEvents` operationId).
+func (c *ClientWithResponses) ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error) {
+	rsp, err := c.ListAuditEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditEventsResponse(rsp)
+}
+
+// AdminSearchPaymentsWithResponse Search payments (operators)
+//
+// Payments across tenants, newest first, in pages. The review queue is `status=requires_review`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/payments (the `AdminSearchPayments` operationId).
+func (c *ClientWithResponses) AdminSearchPaymentsWithResponse(ctx context.Context, params *AdminSearchPaymentsParams, reqEditors ...RequestEditorFn) (*AdminSearchPaymentsResponse, error) {
+	rsp, err := c.AdminSearchPayments(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminSearchPaymentsResponse(rsp)
+}
+
+// AdminGetPaymentWithResponse Get a payment (operators)
+//
+// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
+// key's last attempt and lease, a pending recheck).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
+func (c *ClientWithResponses) AdminGetPaymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AdminGetPaymentResponse, error) {
+	rsp, err := c.AdminGetPayment(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminGetPaymentResponse(rsp)
+}
+
+// AdminResolvePaymentWithBodyWithResponse Resolve a payment (operators)
+//
+// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+// and the audit event commit together. The provider is asked once more first; when its answer is final and
+// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+func (c *ClientWithResponses) AdminResolvePaymentWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdminResolvePaymentResponse, error) {
+	rsp, err := c.AdminResolvePaymentWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminResolvePaymentResponse(rsp)
+}
+
+// AdminResolvePaymentWithResponse Resolve a payment (operators)
+//
+// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+// and the audit event commit together. The provider is asked once more first; when its answer is final and
+// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
+func (c *ClientWithResponses) AdminResolvePaymentWithResponse(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminResolvePaymentResponse, error) {
+	rsp, err := c.AdminResolvePayment(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminResolvePaymentResponse(rsp)
+}
+
 // ListTenantsWithResponse List tenants
 //
 // Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
@@ -4716,6 +6105,400 @@ func (c *ClientWithResponses) ReceiveWebhookWithResponse(ctx context.Context, pr
 		return nil, err
 	}
 	return ParseReceiveWebhookResponse(rsp)
+}
+
+// ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
+func ParseListAuditEventsResponse(rsp *http.Response) (*ListAuditEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditEventPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListAuditEventsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListAuditEventsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListAuditEventsResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListAuditEventsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminSearchPaymentsResponse parses an HTTP response from a AdminSearchPaymentsWithResponse call
+func ParseAdminSearchPaymentsResponse(rsp *http.Response) (*AdminSearchPaymentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminSearchPaymentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminPaymentPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminSearchPaymentsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminSearchPaymentsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminSearchPaymentsResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminSearchPaymentsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminGetPaymentResponse parses an HTTP response from a AdminGetPaymentWithResponse call
+func ParseAdminGetPaymentResponse(rsp *http.Response) (*AdminGetPaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminGetPaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminPaymentDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminGetPaymentResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminGetPaymentResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers AdminGetPaymentResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminGetPaymentResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminResolvePaymentResponse parses an HTTP response from a AdminResolvePaymentWithResponse call
+func ParseAdminResolvePaymentResponse(rsp *http.Response) (*AdminResolvePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminResolvePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminPayment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminResolvePaymentResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminResolvePaymentResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminResolvePaymentResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers AdminResolvePaymentResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers AdminResolvePaymentResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminResolvePaymentResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseListTenantsResponse parses an HTTP response from a ListTenantsWithResponse call

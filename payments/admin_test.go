@@ -1,0 +1,212 @@
+package payments_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+)
+
+func adminDo(g *apptest.Gateway, method, path string, body any) apptest.Response {
+	g.T.Helper()
+	return g.Admin(method, path, body)
+}
+
+// reviewed makes a payment that ends requires_review: pending at the
+// provider past REVIEW_AFTER.
+func reviewed(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key string) string {
+	t.Helper()
+	r := g.Pay(m, key, body("sim_pending"))
+	require.Equal(t, http.StatusAccepted, r.StatusCode)
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	sweep(t, g)
+	require.Equal(t, "requires_review", string(ledgerByKey(t, g, m.ID, key).Status))
+	return r.JSON(t)["id"].(string)
+}
+
+func TestOperatorDesk(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	a := g.Onboard(nil)
+	b := g.Onboard(nil)
+
+	t.Run("MerchantTokensAreRefusedOnEveryAdminRoute", func(t *testing.T) {
+		t.Parallel()
+		for _, r := range []struct{ method, path string }{
+			{"GET", "/admin/v1/payments"}, {"GET", "/admin/v1/payments/pay_00000000000000000000000000000000"},
+			{"POST", "/admin/v1/payments/pay_00000000000000000000000000000000/resolve"}, {"GET", "/admin/v1/audit-events"},
+			{"GET", "/admin/v1/tenants"}, {"POST", "/admin/v1/tenants"}, {"PATCH", "/admin/v1/tenants/" + a.ID},
+			{"POST", "/admin/v1/tenants/" + a.ID + "/credentials"}, {"GET", "/admin/v1/tenants/" + a.ID},
+		} {
+			got := g.Do(r.method, r.path, []byte(`{}`), "Authorization", "Bearer "+a.Token, "Content-Type", "application/json")
+			require.Equal(t, http.StatusUnauthorized, got.StatusCode, "%s %s", r.method, r.path)
+			require.Equal(t, "unauthorized", got.Code(t))
+		}
+	})
+
+	t.Run("SearchAcrossTenants", func(t *testing.T) {
+		t.Parallel()
+		ida := paid(t, g, a, "s-a", 1111)
+		idb := paid(t, g, b, "s-b", 2222)
+		all := adminDo(g, "GET", "/admin/v1/payments?limit=100", nil).JSON(t)["data"].([]any)
+		ids := map[string]string{}
+		for _, p := range all {
+			m := p.(map[string]any)
+			ids[m["id"].(string)] = m["tenant_id"].(string)
+		}
+		require.Equal(t, a.ID, ids[ida])
+		require.Equal(t, b.ID, ids[idb])
+		only := adminDo(g, "GET", "/admin/v1/payments?tenant_id="+b.ID, nil).JSON(t)["data"].([]any)
+		for _, p := range only {
+			require.Equal(t, b.ID, p.(map[string]any)["tenant_id"])
+		}
+		ref := adminDo(g, "GET", "/admin/v1/payments?provider_reference="+ledgerByKey(t, g, a.ID, "s-a").ProviderReference, nil).JSON(t)["data"].([]any)
+		require.Len(t, ref, 1)
+		require.Equal(t, ida, ref[0].(map[string]any)["id"])
+		future := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		require.Empty(t, adminDo(g, "GET", "/admin/v1/payments?created_from="+future, nil).JSON(t)["data"])
+		page := adminDo(g, "GET", "/admin/v1/payments?limit=1", nil).JSON(t)
+		require.Len(t, page["data"], 1)
+		require.NotEmpty(t, page["next_cursor"])
+		next := adminDo(g, "GET", "/admin/v1/payments?limit=1&cursor="+page["next_cursor"].(string), nil)
+		require.Equal(t, http.StatusOK, next.StatusCode)
+		for _, q := range []string{"status=bogus", "created_from=yesterday", "limit=0", "cursor=%00", "tenant_id=%00", "email=%00"} {
+			r := adminDo(g, "GET", "/admin/v1/payments?"+q, nil)
+			require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
+		}
+	})
+
+	t.Run("DetailShowsRefundsAndAttempts", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, a, "d", 5000)
+		require.Equal(t, http.StatusCreated, refundOf(g, a, id, "d-r", map[string]any{"amount": 1200}).StatusCode)
+		d := adminDo(g, "GET", "/admin/v1/payments/"+id, nil)
+		require.Equal(t, http.StatusOK, d.StatusCode)
+		v := d.JSON(t)
+		require.Equal(t, a.ID, v["tenant_id"])
+		require.Equal(t, float64(1200), v["amount_refunded"])
+		require.Len(t, v["refunds"], 1)
+		require.Equal(t, float64(1), v["attempts"])
+		require.Equal(t, "done", v["key"].(map[string]any)["status"])
+		require.Equal(t, http.StatusNotFound, adminDo(g, "GET", "/admin/v1/payments/pay_00000000000000000000000000000000", nil).StatusCode)
+	})
+
+	// The resolve cases age every key and sweep: they run first, one at a
+	// time (the parallel cases wait for them).
+	t.Run("ResolveTheReviewQueue", func(t *testing.T) {
+		id := reviewed(t, g, a, "rev")
+		queue := adminDo(g, "GET", "/admin/v1/payments?status=requires_review&tenant_id="+a.ID, nil).JSON(t)["data"].([]any)
+		require.NotEmpty(t, queue)
+		noNote := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed"})
+		require.Equal(t, http.StatusBadRequest, noNote.StatusCode)
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "no such charge at the provider"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.Equal(t, "failed", r.JSON(t)["status"])
+		require.Equal(t, "resolved_by_operator", r.JSON(t)["failure_code"])
+		// The merchant's retry replays the resolution.
+		retry := g.Pay(a, "rev", body("sim_pending"))
+		require.Equal(t, http.StatusPaymentRequired, retry.StatusCode, string(retry.Body))
+		require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+		again := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "second thoughts"})
+		require.Equal(t, http.StatusConflict, again.StatusCode)
+		require.Equal(t, "payment_final", again.Code(t))
+		var ev map[string]any
+		for _, e := range adminDo(g, "GET", "/admin/v1/audit-events?action=payment.resolved&tenant_id="+a.ID, nil).JSON(t)["data"].([]any) {
+			if e.(map[string]any)["target_id"] == id {
+				require.Nil(t, ev, "one event per resolution")
+				ev = e.(map[string]any)
+			}
+		}
+		require.NotNil(t, ev)
+		require.Equal(t, id, ev["target_id"])
+		require.Equal(t, "no such charge at the provider", ev["note"])
+		require.Equal(t, "requires_review", ev["before"].(map[string]any)["status"])
+		require.Equal(t, "failed", ev["after"].(map[string]any)["status"])
+		require.NotEmpty(t, ev["request_id"])
+	})
+
+	t.Run("ResolveRefusedWhenTheProviderDisagreesOrWorkIsUnderWay", func(t *testing.T) {
+		lost := g.Pay(a, "charged", body("sim_timeout")) // charged; the answer lost
+		require.Equal(t, http.StatusAccepted, lost.StatusCode)
+		id := lost.JSON(t)["id"].(string)
+		fresh := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+		require.Equal(t, http.StatusConflict, fresh.StatusCode)
+		require.Equal(t, "payment_in_progress", fresh.Code(t), "its last attempt is recent")
+		ageKeys(t, g, time.Hour)
+		no := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+		require.Equal(t, http.StatusConflict, no.StatusCode, string(no.Body))
+		require.Equal(t, "provider_disagrees", no.Code(t))
+		require.Equal(t, "succeeded", no.JSON(t)["provider_outcome"])
+		require.Equal(t, "processing", string(ledgerByKey(t, g, a.ID, "charged").Status))
+		yes := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the provider has it"})
+		require.Equal(t, http.StatusOK, yes.StatusCode, string(yes.Body))
+		require.NotEmpty(t, yes.JSON(t)["provider_transaction_id"])
+	})
+
+	t.Run("AuditLogOfTenantChanges", func(t *testing.T) {
+		t.Parallel()
+		m := g.Onboard(map[string]any{"providers": map[string]any{"paystack": map[string]string{"secret_key": "sk_test_VERYSECRET"}}})
+		require.Equal(t, http.StatusOK, adminDo(g, "PATCH", "/admin/v1/tenants/"+m.ID, map[string]any{"status": "suspended"}).StatusCode)
+		require.Equal(t, http.StatusOK, adminDo(g, "PATCH", "/admin/v1/tenants/"+m.ID, map[string]any{"status": "active"}).StatusCode)
+		require.Equal(t, http.StatusOK, adminDo(g, "PATCH", "/admin/v1/tenants/"+m.ID,
+			map[string]any{"providers": map[string]any{"paystack": map[string]string{"secret_key": "sk_test_NEWSECRET"}}}).StatusCode)
+		require.Equal(t, http.StatusOK, adminDo(g, "PATCH", "/admin/v1/tenants/"+m.ID, map[string]any{"name": "Renamed"}).StatusCode)
+		require.Equal(t, http.StatusCreated, adminDo(g, "POST", "/admin/v1/tenants/"+m.ID+"/credentials", nil).StatusCode)
+		log := adminDo(g, "GET", "/admin/v1/audit-events?tenant_id="+m.ID, nil)
+		require.Equal(t, http.StatusOK, log.StatusCode)
+		require.NotContains(t, string(log.Body), "VERYSECRET")
+		require.NotContains(t, string(log.Body), "NEWSECRET")
+		require.NotContains(t, string(log.Body), m.ClientSecret)
+		var actions []string
+		for _, e := range log.JSON(t)["data"].([]any) {
+			actions = append(actions, e.(map[string]any)["action"].(string))
+		}
+		require.Equal(t, []string{"tenant.credentials_rotated", "tenant.updated", "tenant.provider_secrets_changed",
+			"tenant.reactivated", "tenant.suspended", "tenant.created"}, actions, "newest first")
+		page := adminDo(g, "GET", "/admin/v1/audit-events?tenant_id="+m.ID+"&limit=2", nil).JSON(t)
+		require.Len(t, page["data"], 2)
+		rest := adminDo(g, "GET", "/admin/v1/audit-events?tenant_id="+m.ID+"&limit=10&cursor="+page["next_cursor"].(string), nil).JSON(t)
+		require.Len(t, rest["data"], 4)
+		for _, q := range []string{"action=tenant.deleted", "limit=1000", "cursor=xx", "tenant_id=TEN"} {
+			require.Equal(t, http.StatusBadRequest, adminDo(g, "GET", "/admin/v1/audit-events?"+q, nil).StatusCode, q)
+		}
+		for _, method := range []string{"PUT", "PATCH", "DELETE"} {
+			r := adminDo(g, method, "/admin/v1/audit-events", nil)
+			require.Contains(t, []int{http.StatusMethodNotAllowed, http.StatusNotFound}, r.StatusCode, "append-only: %s", method)
+		}
+	})
+
+	t.Run("MerchantListFilters", func(t *testing.T) {
+		t.Parallel()
+		m := g.Onboard(nil)
+		for i, order := range []string{"A-1", "A-2", "A-3"} {
+			pb := body("sim_success")
+			pb["metadata"] = map[string]string{"order_id": order, "channel": "app"}
+			pb["email"] = []string{"x@example.com", "y@example.com", "x@example.com"}[i]
+			require.Equal(t, http.StatusCreated, g.Pay(m, "f-"+order, pb).StatusCode)
+		}
+		ids := func(q string) int {
+			r := g.Get(m, "/v1/payments?"+q)
+			require.Equal(t, http.StatusOK, r.StatusCode, "%s: %s", q, r.Body)
+			return len(r.JSON(t)["data"].([]any))
+		}
+		require.Equal(t, 1, ids("metadata[order_id]=A-2"))
+		require.Equal(t, 3, ids("metadata[channel]=app"))
+		require.Equal(t, 1, ids("metadata[channel]=app&metadata[order_id]=A-3"))
+		require.Equal(t, 0, ids("metadata[order_id]=nope"))
+		require.Equal(t, 2, ids("email=x@example.com"))
+		require.Equal(t, 3, ids("created_from="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))))
+		require.Equal(t, 0, ids("created_to="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))))
+		for _, q := range []string{"metadata[a%22b]=1", "metadata[x]=%00", "created_from=now",
+			strings.Repeat("metadata[k]=v&", 1) + "metadata[a]=1&metadata[b]=1&metadata[c]=1&metadata[d]=1&metadata[e]=1"} {
+			require.Equal(t, http.StatusBadRequest, g.Get(m, "/v1/payments?"+q).StatusCode, q)
+		}
+	})
+}

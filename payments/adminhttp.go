@@ -1,0 +1,263 @@
+package payments
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqjson"
+)
+
+// AdminRoutes mounts the operator desk on r, the admin group (already
+// behind the admin key).
+func (h *Handler) AdminRoutes(r fiber.Router) {
+	r.Get("/payments", h.adminSearch)
+	r.Get("/payments/:id", h.adminGet)
+	r.Post("/payments/:id/resolve", h.adminResolve)
+}
+
+// AdminView is a payment as the operator desk shows it: with its tenant.
+type AdminView struct {
+	View
+	TenantID string `json:"tenant_id" example:"ten_df4a0c1b2e3f405162738495"`
+} // @name AdminPayment
+
+// AdminPage is one page of a search.
+type AdminPage struct {
+	Data       []AdminView `json:"data"`
+	HasMore    bool        `json:"has_more" example:"false"`
+	NextCursor string      `json:"next_cursor,omitempty" example:"MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx"`
+} // @name AdminPaymentPage
+
+// KeyState is what the gateway knows of a payment's attempts: its
+// idempotency key as it stands (absent once purged or released).
+type KeyState struct {
+	Status       string     `json:"status" example:"in_progress"`
+	LeaseLapsed  bool       `json:"lease_lapsed" example:"true"`
+	LastAttempt  *time.Time `json:"last_attempt_at,omitempty" format:"date-time"`
+	LastLookup   *time.Time `json:"last_poll_lookup_at,omitempty" format:"date-time"`
+	CompletedAt  *time.Time `json:"completed_at,omitempty" format:"date-time"`
+	StoredStatus int        `json:"stored_status,omitempty" example:"201"`
+} // @name AdminKeyState
+
+// AdminDetail is one payment with its refunds and its attempts.
+type AdminDetail struct {
+	AdminView
+	RecheckAt *time.Time   `json:"recheck_at,omitempty" format:"date-time"`
+	Key       *KeyState    `json:"key,omitempty"`
+	Refunds   []RefundView `json:"refunds"`
+} // @name AdminPaymentDetail
+
+// ResolveRequest is an operator's decision.
+type ResolveRequest struct {
+	Status string `json:"status" enums:"succeeded,failed" example:"failed"`
+	Note   string `json:"note" example:"checked at the provider's dashboard: no such charge"`
+} // @name ResolveRequest
+
+// adminSearch godoc
+// @Summary      Search payments (operators)
+// @Description  Payments across tenants, newest first, in pages. The review queue is `status=requires_review`.
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        tenant_id          query string false "Only this tenant's"
+// @Param        status             query string false "Only in this status" Enums(processing, succeeded, failed, requires_review)
+// @Param        provider           query string false "Only through this provider"
+// @Param        provider_reference query string false "Our reference at the provider (op-…)"
+// @Param        email              query string false "The customer's email, exactly"
+// @Param        created_from       query string false "Created at or after (RFC 3339)" format(date-time)
+// @Param        created_to         query string false "Created before (RFC 3339)" format(date-time)
+// @Param        limit              query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
+// @Param        cursor             query string false "The next_cursor of the previous page"
+// @Success      200 {object} AdminPage
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @ID           adminSearchPayments
+// @Router       /admin/v1/payments [get]
+func (h *Handler) adminSearch(c *fiber.Ctx) error {
+	p := SearchParams{TenantID: c.Query("tenant_id"), Status: Status(c.Query("status")), Provider: c.Query("provider"),
+		ProviderReference: c.Query("provider_reference"), Email: c.Query("email")}
+	if err := checkStatusFilter(p.Status); err != nil {
+		return err
+	}
+	for field, v := range map[string]string{"tenant_id": p.TenantID, "provider": p.Provider, "provider_reference": p.ProviderReference} {
+		if v != "" && !plainToken(v, 64) {
+			return problem.Invalid(problem.FieldError{Field: field, Reason: "is not one the gateway makes"})
+		}
+	}
+	if p.Email != "" && !printableText(p.Email, 254) {
+		return problem.Invalid(problem.FieldError{Field: "email", Reason: "is not an email address"})
+	}
+	var err error
+	if p.CreatedFrom, p.CreatedTo, err = createdRange(c); err != nil {
+		return err
+	}
+	if p.Limit, p.After, err = pageParams(c, "pay_"); err != nil {
+		return err
+	}
+	rows, err := h.svc.store.Search(c.UserContext(), p)
+	if err != nil {
+		return err
+	}
+	page := AdminPage{Data: make([]AdminView, 0, len(rows))}
+	if len(rows) > p.Limit {
+		page.HasMore = true
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		page.NextCursor = encodeCursor(Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	for i := range rows {
+		page.Data = append(page.Data, AdminView{View: rows[i].View(), TenantID: rows[i].MerchantID})
+	}
+	return c.JSON(page)
+}
+
+// adminGet godoc
+// @Summary      Get a payment (operators)
+// @Description  Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
+// @Description  key's last attempt and lease, a pending recheck).
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        id path string true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Success      200 {object} AdminDetail
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @ID           adminGetPayment
+// @Router       /admin/v1/payments/{id} [get]
+func (h *Handler) adminGet(c *fiber.Ctx) error {
+	id := c.Params("id")
+	if !wellFormedID(id) {
+		return errPaymentNotFound
+	}
+	d, err := h.svc.Detail(c.UserContext(), id)
+	if errors.Is(err, ErrNotFound) {
+		return errPaymentNotFound
+	}
+	if err != nil {
+		return err
+	}
+	out := AdminDetail{AdminView: AdminView{View: d.Payment.View(), TenantID: d.Payment.MerchantID},
+		RecheckAt: d.Payment.RecheckAt, Refunds: make([]RefundView, 0, len(d.Refunds))}
+	for i := range d.Refunds {
+		out.Refunds = append(out.Refunds, d.Refunds[i].View())
+	}
+	if k := d.Key; k != nil {
+		out.Key = &KeyState{Status: string(k.Status), LeaseLapsed: k.Lapsed, LastAttempt: k.AttemptedAt,
+			LastLookup: k.LookedUpAt, CompletedAt: k.CompletedAt, StoredStatus: k.StatusCode}
+	}
+	return c.JSON(out)
+}
+
+// adminResolve godoc
+// @Summary      Resolve a payment (operators)
+// @Description  Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
+// @Description  way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
+// @Description  and the audit event commit together. The provider is asked once more first; when its answer is final and
+// @Description  contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// @Tags         admin
+// @Accept       json
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        id      path string         true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Param        request body ResolveRequest true "The decision"
+// @Success      200 {object} AdminView
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "payment_not_found"
+// @Failure      409 {object} problem.Problem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @ID           adminResolvePayment
+// @Router       /admin/v1/payments/{id}/resolve [post]
+func (h *Handler) adminResolve(c *fiber.Ctx) error {
+	id := c.Params("id")
+	if !wellFormedID(id) {
+		return errPaymentNotFound
+	}
+	var req ResolveRequest
+	if err := reqjson.Decode(c.Body(), &req); err != nil {
+		return problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+	}
+	st := Status(req.Status)
+	if st != StatusSucceeded && st != StatusFailed {
+		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be succeeded or failed"})
+	}
+	note := strings.TrimSpace(req.Note)
+	if note == "" || !printableText(note, 1000) {
+		return problem.Invalid(problem.FieldError{Field: "note", Reason: "is required: what was checked, 1 to 1000 characters"})
+	}
+	p, err := h.svc.Resolve(c.UserContext(), id, Resolution{Status: st, Note: note})
+	if errors.Is(err, ErrNotFound) {
+		return errPaymentNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(AdminView{View: p.View(), TenantID: p.MerchantID})
+}
+
+func checkStatusFilter(st Status) error {
+	switch st {
+	case "", StatusProcessing, StatusSucceeded, StatusFailed, StatusRequiresReview:
+		return nil
+	}
+	return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be processing, succeeded, failed or requires_review"})
+}
+
+// createdRange reads created_from and created_to (RFC 3339).
+func createdRange(c *fiber.Ctx) (from, to *time.Time, err error) {
+	read := func(field string) (*time.Time, error) {
+		v := c.Query(field)
+		if v == "" {
+			return nil, nil
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return nil, problem.Invalid(problem.FieldError{Field: field, Reason: "must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"})
+		}
+		return &t, nil
+	}
+	if from, err = read("created_from"); err != nil {
+		return nil, nil, err
+	}
+	if to, err = read("created_to"); err != nil {
+		return nil, nil, err
+	}
+	return from, to, nil
+}
+
+// plainToken reports whether s is 1 to n of [A-Za-z0-9_.=-].
+func plainToken(s string, n int) bool {
+	if len(s) == 0 || len(s) > n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '.' && c != '-' && c != '=' {
+			return false
+		}
+	}
+	return true
+}
+
+// printableText reports whether s is valid UTF-8 of at most n bytes with
+// no control characters.
+func printableText(s string, n int) bool {
+	if len(s) > n {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return false
+		}
+	}
+	return true
+}
