@@ -2630,7 +2630,7 @@ const docTemplate = `{
                     ],
                     "allOf": [
                         {
-                            "$ref": "#/definitions/payments.RefundStatus"
+                            "$ref": "#/definitions/RefundStatus"
                         }
                     ],
                     "example": "succeeded"
@@ -2664,6 +2664,19 @@ const docTemplate = `{
                     "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"
                 }
             }
+        },
+        "RefundStatus": {
+            "type": "string",
+            "enum": [
+                "pending",
+                "succeeded",
+                "failed"
+            ],
+            "x-enum-varnames": [
+                "RefundPending",
+                "RefundSucceeded",
+                "RefundFailed"
+            ]
         },
         "ResolveRequest": {
             "type": "object",
@@ -2827,19 +2840,6 @@ const docTemplate = `{
                     "example": "resolved"
                 }
             }
-        },
-        "payments.RefundStatus": {
-            "type": "string",
-            "enum": [
-                "pending",
-                "succeeded",
-                "failed"
-            ],
-            "x-enum-varnames": [
-                "RefundPending",
-                "RefundSucceeded",
-                "RefundFailed"
-            ]
         }
     },
     "securityDefinitions": {

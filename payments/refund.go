@@ -16,7 +16,7 @@ import (
 )
 
 // RefundStatus is the state of a refund.
-type RefundStatus string
+type RefundStatus string // @name RefundStatus
 
 // Refund states. pending is the only open one: the provider has not said
 // (or we did not hear) how it ended.

@@ -158,7 +158,7 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	next, err := m.ListPaymentsWithResponse(ctx, &oncepay.ListPaymentsParams{Limit: ptr(1), Cursor: page.JSON200.NextCursor})
 	require.NoError(t, err)
 	require.NotEqual(t, page.JSON200.Data[0].Id, next.JSON200.Data[0].Id)
-	succeeded, err := m.ListPaymentsWithResponse(ctx, &oncepay.ListPaymentsParams{Status: ptr(oncepay.Succeeded)})
+	succeeded, err := m.ListPaymentsWithResponse(ctx, &oncepay.ListPaymentsParams{Status: ptr(oncepay.ListPaymentsParamsStatusSucceeded)})
 	require.NoError(t, err)
 	require.Len(t, succeeded.JSON200.Data, 1)
 	require.Equal(t, p.Id, succeeded.JSON200.Data[0].Id)

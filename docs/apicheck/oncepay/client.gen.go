@@ -77,6 +77,27 @@ func (e PaymentStatus) Valid() bool {
 	}
 }
 
+// Defines values for RefundStatus.
+const (
+	RefundFailed    RefundStatus = "failed"
+	RefundPending   RefundStatus = "pending"
+	RefundSucceeded RefundStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RefundStatus enum.
+func (e RefundStatus) Valid() bool {
+	switch e {
+	case RefundFailed:
+		return true
+	case RefundPending:
+		return true
+	case RefundSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ResolveRequestStatus.
 const (
 	ResolveRequestStatusFailed    ResolveRequestStatus = "failed"
@@ -125,27 +146,6 @@ func (e UpdateTenantRequestStatus) Valid() bool {
 	case UpdateTenantRequestStatusActive:
 		return true
 	case UpdateTenantRequestStatusSuspended:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PaymentsRefundStatus.
-const (
-	RefundFailed    PaymentsRefundStatus = "failed"
-	RefundPending   PaymentsRefundStatus = "pending"
-	RefundSucceeded PaymentsRefundStatus = "succeeded"
-)
-
-// Valid indicates whether the value is a known member of the PaymentsRefundStatus enum.
-func (e PaymentsRefundStatus) Valid() bool {
-	switch e {
-	case RefundFailed:
-		return true
-	case RefundPending:
-		return true
-	case RefundSucceeded:
 		return true
 	default:
 		return false
@@ -767,7 +767,7 @@ type Refund struct {
 	Reason *string `json:"reason,omitempty"`
 
 	// Status Example: succeeded
-	Status PaymentsRefundStatus `json:"status"`
+	Status RefundStatus `json:"status"`
 
 	// UpdatedAt Example: 2026-12-03T10:00:01Z
 	UpdatedAt time.Time `json:"updated_at"`
@@ -783,6 +783,9 @@ type RefundPage struct {
 	// NextCursor Example: MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
+
+// RefundStatus defines model for RefundStatus.
+type RefundStatus string
 
 // ResolveRequest defines model for ResolveRequest.
 type ResolveRequest struct {
@@ -875,9 +878,6 @@ type WebhookResult struct {
 	// Example: resolved
 	Status string `json:"status"`
 }
-
-// PaymentsRefundStatus defines model for payments.RefundStatus.
-type PaymentsRefundStatus string
 
 // ListAuditEventsParams defines parameters for ListAuditEvents.
 type ListAuditEventsParams struct {
