@@ -443,6 +443,7 @@ func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.Refund
 	start := time.Now()
 	res, err := prov.LookupRefund(ctx, providers.RefundLookup{
 		Reference: r.ProviderReference, ChargeReference: p.ProviderReference, TransactionID: p.ProviderTransactionID,
+		RefundID: r.ProviderRefundID,
 	})
 	s.observeProvider(r.Provider, "refund_lookup", err, time.Since(start))
 	return res, err
@@ -470,4 +471,36 @@ func (s *Service) PollRefund(ctx context.Context, merchantID, id string) (Refund
 		r = cur
 	}
 	return r, nil
+}
+
+// settleRefundsOf settles a payment's pending refunds for a provider's
+// refund event — by LookupRefund each, never trusting the event's own
+// status, and never releasing (a webhook cannot know a refund is late).
+// Refunds whose key is being worked on are left to their owner.
+func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReference string) (settled, deferred int, err error) {
+	pending, err := s.store.pendingRefunds(ctx, p.MerchantID, p.ID)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range pending {
+		if refundReference != "" && r.ProviderReference != refundReference {
+			continue
+		}
+		claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: r.MerchantID, Key: r.IdempotencyKey, Lease: s.cfg.Lease})
+		if err != nil {
+			return settled, deferred, err
+		}
+		if !ok {
+			deferred++
+			continue
+		}
+		st, err := s.settleRefund(ctx, claim, false)
+		if err != nil {
+			return settled, deferred, err
+		}
+		if st == Resolved || st == Skipped {
+			settled++
+		}
+	}
+	return settled, deferred, nil
 }

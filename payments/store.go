@@ -85,6 +85,15 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 	return p, interpret("get by reference", err)
 }
 
+// GetByTransactionID returns the merchant's payment the provider knows by
+// its own transaction id (a refund event that names only that).
+func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, txID string) (Payment, error) {
+	var p Payment
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND provider = ? AND provider_transaction_id = ?", merchantID, provider, txID).
+		Take(&p).Error
+	return p, interpret("get by transaction id", err)
+}
+
 // insertPayment is InsertNew's statement, written out: it runs once per
 // new payment, and GORM's Create spends more CPU reflecting over Payment
 // and building the statement than pgx spends sending it. Every column of

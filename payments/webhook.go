@@ -16,8 +16,11 @@ import (
 type WebhookResult struct {
 	// Status: ignored (no payment with that reference), final (already
 	// settled: duplicates and late events are harmless), deferred (the
-	// request that owns the key is still running and will settle it), or a
-	// Settlement (resolved, released, pending, review).
+	// request that owns the key is still running and will settle it),
+	// reopened (a payment released as never charged had the charge after
+	// all), refunds_settled (a refund event: the payment's pending refunds
+	// looked up and settled), or a Settlement (resolved, released, pending,
+	// review).
 	Status    string `json:"status" example:"resolved"`
 	PaymentID string `json:"payment_id,omitempty" example:"pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"`
 } // @name WebhookResult
@@ -42,10 +45,15 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	case err != nil:
 		return WebhookResult{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "is not a webhook event this provider sends"})
 	}
-	if ev.Reference == "" {
+	if ev.Reference == "" && !(ev.Refund && ev.TransactionID != "") {
 		return WebhookResult{Status: "ignored"}, nil
 	}
-	p, err := s.store.GetByReference(ctx, tenantID, ev.Reference)
+	var p Payment
+	if ev.Reference != "" {
+		p, err = s.store.GetByReference(ctx, tenantID, ev.Reference)
+	} else {
+		p, err = s.store.GetByTransactionID(ctx, tenantID, provider, ev.TransactionID)
+	}
 	if errors.Is(err, ErrNotFound) {
 		s.cfg.Log.InfoContext(ctx, "webhook for an unknown reference ignored",
 			"merchant_id", tenantID, "provider", provider, "event", ev.Type)
@@ -56,6 +64,22 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	if p.Provider != provider {
 		return WebhookResult{Status: "ignored"}, nil
+	}
+	if ev.Refund {
+		settled, deferred, err := s.settleRefundsOf(ctx, p, ev.RefundReference)
+		if err != nil {
+			s.cfg.Log.WarnContext(ctx, "webhook refund settle failed", "payment_id", p.ID, "err", err)
+			return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+				"could not confirm the event with the provider; retry later").WithRetryAfter(30)
+		}
+		st := "final"
+		switch {
+		case settled > 0:
+			st = "refunds_settled"
+		case deferred > 0:
+			st = "deferred"
+		}
+		return WebhookResult{Status: st, PaymentID: p.ID}, nil
 	}
 	if p.retryable() {
 		// Released as never charged, and now the provider says something
