@@ -76,11 +76,16 @@ type RefundRequest struct {
 }
 
 // RefundLookup names a refund to look up: our refund reference and the
-// charge it refunds.
+// charge it refunds. RefundID is the provider's own id of the refund when
+// an earlier answer gave one (RefundResult.RefundID): an adapter that can
+// fetch a refund by its id does so, and checks it carries our reference;
+// without it the refund is found by our reference. TransactionID, when
+// set, saves the adapter finding the charge by its reference.
 type RefundLookup struct {
 	Reference       string
 	ChargeReference string
 	TransactionID   string
+	RefundID        string
 }
 
 // RefundResult is a provider's answer about one refund: OutcomeSucceeded
@@ -97,10 +102,28 @@ type RefundResult struct {
 
 // Event is a verified webhook, reduced to what the gateway acts on: which of
 // our references it is about. The gateway re-checks the outcome with Lookup
-// before changing any state, so nothing else in the payload is trusted.
+// (LookupRefund for a refund event) before changing any state, so nothing
+// else in the payload is trusted: not even a refund event's status.
 type Event struct {
-	Type      string
+	Type string
+	// Reference is our charge reference: the charge the event is about, or
+	// the charge a refund event refunds. Empty when the payload names no
+	// charge of ours (acknowledge and ignore).
 	Reference string
+	// Refund reports that the event is about a refund of a charge
+	// (Paystack refund.*, Flutterwave refund.*, Stripe charge.refunded and
+	// refund.*): the gateway then looks up that charge's pending refunds
+	// rather than the charge.
+	Refund bool
+	// RefundReference is our refund reference when a refund event's
+	// payload echoes it (Stripe's refund metadata, Flutterwave's comment);
+	// Paystack's refund events carry no merchant note, so it is empty there.
+	RefundReference string
+	// TransactionID is the provider's id of the refunded charge when a
+	// refund event names it (Flutterwave's tx_id, Stripe's payment_intent),
+	// for an event whose payload does not carry our charge reference. It is
+	// only set on refund events.
+	TransactionID string
 }
 
 // Provider is one provider account: an adapter bound to one tenant's secrets.

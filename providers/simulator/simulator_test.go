@@ -2,6 +2,9 @@ package simulator_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/providertest"
 	"github.com/oncepay/gateway/providers/simulator"
 )
 
@@ -116,4 +120,50 @@ func TestNoWebhooks(t *testing.T) {
 	t.Parallel()
 	_, err := simulator.New(nil, simulator.Config{}).VerifyWebhook(nil, []byte(`{}`))
 	require.ErrorIs(t, err, providers.ErrBadSignature)
+}
+
+// clock is a simulator's clock that a test moves on.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+func reason(r string) func(*providers.RefundRequest) {
+	return func(req *providers.RefundRequest) { req.Reason = r }
+}
+
+func TestRefundConformance(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		providertest.RunRefunds(t, providertest.RefundHarness{
+			New: func(t *testing.T) providertest.RefundBackend {
+				// One simulator (and clock) per case on the shared
+				// database: its faults are carried by the refund's reason.
+				c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+				sim := simulator.New(db, simulator.Config{SettleAfter: time.Minute, Now: c.Now})
+				return providertest.RefundBackend{
+					Provider: sim,
+					Refunds: func(ref string) int {
+						n, err := sim.Refunds(context.Background(), ref)
+						require.NoError(t, err)
+						return n
+					},
+					LoseNextRefund:   reason(simulator.RefundTimeout),
+					PendNextRefund:   reason(simulator.RefundPending),
+					RejectNextRefund: reason(simulator.RefundUnavailable),
+					SettleRefund: func(_ string, outcome providers.Outcome) error {
+						if outcome != providers.OutcomeSucceeded {
+							return fmt.Errorf("simulator: pending refunds only succeed: %w", errors.ErrUnsupported)
+						}
+						c.Add(2 * time.Minute)
+						return nil
+					},
+				}
+			},
+			SuccessMethod: simulator.TokenSuccess,
+			DeclineMethod: simulator.TokenDecline,
+		})
+	})
 }

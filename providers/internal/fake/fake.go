@@ -1,8 +1,9 @@
 // Package fake holds what the provider fakes (paystacktest, flutterwavetest,
 // stripetest) share and what is no part of any provider's wire format: the
 // httptest server's life, the injected faults (a lost answer, a held answer,
-// a failed request) and the count of charges made. Each fake's Server embeds
-// a Faults and keeps only its provider's endpoints and payloads.
+// a failed request, a refund kept pending) and the counts of charges and
+// refunds made. Each fake's Server embeds a Faults and keeps only its
+// provider's endpoints and payloads.
 package fake
 
 import (
@@ -15,7 +16,8 @@ import (
 
 // Faults is the shared part of a fake provider server. Its methods are safe
 // for concurrent use, and become the fake's own through embedding. What the
-// fake's handler calls (Start, NextFailure, Charged, Withhold) are functions,
+// fake's handler calls (Start, NextFailure, Charged, Refunded, TakePend,
+// Withhold) are functions,
 // not methods, so that they do not join the fake's API.
 type Faults struct {
 	srv *httptest.Server
@@ -28,6 +30,9 @@ type Faults struct {
 	fail    []int
 	counts  map[string]int
 	total   int
+	pend    int // refunds to keep pending until the fake's SettleRefund
+	refunds map[string]int
+	refTot  int
 	closing chan struct{}
 }
 
@@ -37,6 +42,7 @@ func Start(t testing.TB, f *Faults, h http.Handler) string {
 	f.mu.Lock()
 	f.closing = make(chan struct{})
 	f.counts = map[string]int{}
+	f.refunds = map[string]int{}
 	f.hidden = map[string]bool{}
 	f.mu.Unlock()
 	f.srv = httptest.NewServer(h)
@@ -56,12 +62,13 @@ func (f *Faults) Close() {
 	f.srv.Close()
 }
 
-// DropNextResponse makes the next charge be stored and then its connection
-// cut before any answer is written: the client sees a broken connection.
+// DropNextResponse makes the next charge or refund be stored and then its
+// connection cut before any answer is written: the client sees a broken
+// connection.
 func (f *Faults) DropNextResponse() { f.mu.Lock(); f.drop++; f.mu.Unlock() }
 
-// HangNextResponse makes the next charge be stored and then its answer held
-// until the client gives up (its timeout or context), the way a slow
+// HangNextResponse makes the next charge or refund be stored and then its
+// answer held until the client gives up (its timeout or context), the way a slow
 // provider looks to the gateway.
 func (f *Faults) HangNextResponse() { f.mu.Lock(); f.hang++; f.mu.Unlock() }
 
@@ -118,7 +125,60 @@ func NextFailure(f *Faults) (int, bool) {
 	return status, true
 }
 
-// Fate is what happens to the answer of a charge the fake made.
+// PendNextRefund makes the next refund the fake makes stay pending until the
+// fake's SettleRefund finishes it; other refunds are processed at once.
+func (f *Faults) PendNextRefund() { f.mu.Lock(); f.pend++; f.mu.Unlock() }
+
+// Refunds is how many refunds the fake made under our refund reference
+// (where its provider keeps it: a note, a comment, metadata). A refusal
+// makes none.
+func (f *Faults) Refunds(reference string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refunds[reference]
+}
+
+// TotalRefunds is how many refunds the fake made in all.
+func (f *Faults) TotalRefunds() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refTot
+}
+
+// TakePend takes a PendNextRefund, if there is one: the refund the fake is
+// about to store stays pending.
+func TakePend(f *Faults) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pend == 0 {
+		return false
+	}
+	f.pend--
+	return true
+}
+
+// Refunded counts a refund the fake has just stored under our refund
+// reference and takes its answer's fate: DropNextResponse first, then
+// HangNextResponse (LandLateNext is for charges only). Like Charged, the
+// fake calls it while holding its own lock.
+func Refunded(f *Faults, reference string) Fate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refunds[reference]++
+	f.refTot++
+	switch {
+	case f.drop > 0:
+		f.drop--
+		return Drop
+	case f.hang > 0:
+		f.hang--
+		return Hang
+	default:
+		return Answer
+	}
+}
+
+// Fate is what happens to the answer of a charge or refund the fake made.
 type Fate int
 
 // The fates of an answer.

@@ -38,3 +38,33 @@ func TestDeclineCode(t *testing.T) {
 	require.Equal(t, "card_declined", DeclineCode(""))
 	require.NotEmpty(t, DeclineMessage("whatever"))
 }
+
+func TestRefusalCode(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		text, code string
+		known      bool
+	}{
+		{"Transaction has been fully reversed", RefundExceedsCharge, true},
+		{"Insufficient balance to fulfill this refund. Please top up.", RefundInsufficientBalance, true},
+		{"Your balance is not enough to fulfill this request", RefundInsufficientBalance, true},
+		{"Refund amount ($25.00) is greater than unrefunded amount on charge ($21.45)", RefundExceedsCharge, true},
+		{"Refund amount cannot be more than the unrefunded amount of the transaction", RefundExceedsCharge, true},
+		{"Charge ch_1 has already been refunded.", RefundExceedsCharge, true},
+		{"This PaymentIntent does not have a successful charge to refund.", RefundNotRefundable, true},
+		{"Transaction was not successful and cannot be refunded", RefundNotRefundable, true},
+		{"Cannot refund less than USD 1", RefundAmountTooSmall, true},
+		{"Invalid key", "", false},
+		{"Amount must be greater than 0", "", false},
+		{"", "", false},
+	} {
+		code, known := RefusalCode(tt.text)
+		require.Equal(t, tt.known, known, tt.text)
+		require.Equal(t, tt.code, code, tt.text)
+	}
+	r := RefundFailed("re_1", RefundExceedsCharge)
+	require.Equal(t, providers.OutcomeFailed, r.Outcome)
+	require.Equal(t, "re_1", r.RefundID)
+	require.NotEmpty(t, r.FailureMessage)
+	require.NotEmpty(t, RefundFailed("", "whatever").FailureMessage)
+}
