@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,6 +31,8 @@ func TestRefundConformance(t *testing.T) {
 				SettleRefund:     fake.SettleRefund,
 				RejectNextRefund: func(*providers.RefundRequest) { fake.FailNext(http.StatusUnauthorized) },
 				FailNext:         fake.FailNext,
+				HangNextRefund:   fake.HangNextResponse,
+				Impatient:        newProvider(t, fake.URL, flutterwavetest.SecretKey, 100*time.Millisecond),
 			}
 		},
 		SuccessMethod: flutterwavetest.TokenSuccess,

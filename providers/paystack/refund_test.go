@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,8 @@ func refundBackend(t *testing.T) (*paystacktest.Server, providertest.RefundBacke
 		SettleRefund:     fake.SettleRefund,
 		RejectNextRefund: func(*providers.RefundRequest) { fake.FailNext(http.StatusUnauthorized) },
 		FailNext:         fake.FailNext,
+		HangNextRefund:   fake.HangNextResponse,
+		Impatient:        newProvider(t, fake.URL, paystacktest.SecretKey, 100*time.Millisecond),
 	}
 }
 

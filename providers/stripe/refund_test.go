@@ -27,6 +27,15 @@ func realClock(t *testing.T, base string) providers.Provider {
 	return p
 }
 
+// impatient is realClock with a 100ms HTTP timeout: only so a held answer
+// does not keep the test waiting; nothing asserts on time.
+func impatient(t *testing.T, base string) providers.Provider {
+	t.Helper()
+	p, err := stripe.New(stripe.Config{BaseURL: base, Timeout: 100 * time.Millisecond})(providers.Secrets{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret})
+	require.NoError(t, err)
+	return p
+}
+
 func TestRefundConformance(t *testing.T) {
 	t.Parallel()
 	providertest.RunRefunds(t, providertest.RefundHarness{
@@ -40,6 +49,8 @@ func TestRefundConformance(t *testing.T) {
 				SettleRefund:     fake.SettleRefund,
 				RejectNextRefund: func(*providers.RefundRequest) { fake.FailNext(http.StatusUnauthorized) },
 				FailNext:         fake.FailNext,
+				HangNextRefund:   fake.HangNextResponse,
+				Impatient:        impatient(t, fake.URL),
 			}
 		},
 		SuccessMethod: stripetest.TokenSuccess,
