@@ -1,6 +1,8 @@
 // Package flutterwave is the Flutterwave v3 adapter: it charges a saved card
-// token with our reference as tx_ref, looks charges up by tx_ref and
-// verifies webhooks (verif-hash, and flutterwave-signature when sent).
+// token with our reference as tx_ref, looks charges up by tx_ref, refunds
+// them by their transaction id with our refund reference as the refund's
+// comments (refund.go) and verifies webhooks (verif-hash, and
+// flutterwave-signature when sent).
 //
 // Like Paystack, Flutterwave v3 does not replay a repeated request; a reused
 // tx_ref is rejected, and Charge turns that rejection into a lookup
@@ -266,6 +268,13 @@ func VerifyWebhook(secretHash string, header http.Header, body []byte) (provider
 // ParseEvent reads a verified body. It takes both shapes Flutterwave sends:
 // the v3 envelope {"event":"charge.completed","data":{"tx_ref":...}} and the
 // flat legacy one {"txRef":...,"event.type":"CARD_TRANSACTION"}.
+//
+// A refund event (an event or event.type naming a refund: refund.completed
+// and the like; Flutterwave's refund events are UNCONFIRMED by name and
+// shape) is a Refund event: it names the charge by tx_ref when the payload
+// has it and by its transaction id (tx_id, transaction_id) as
+// TransactionID, and carries our refund reference as RefundReference when
+// it echoes the refund's comment(s).
 func ParseEvent(body []byte) (providers.Event, error) {
 	var ev struct {
 		Event     string `json:"event"`
@@ -273,6 +282,13 @@ func ParseEvent(body []byte) (providers.Event, error) {
 		TxRef     string `json:"txRef"`
 		Data      *struct {
 			TxRef string `json:"tx_ref"`
+			// Read leniently (a number or a string; anything else is
+			// ignored), so that these refund fields never make a charge
+			// event unreadable.
+			TxID          json.RawMessage `json:"tx_id"`
+			TransactionID json.RawMessage `json:"transaction_id"`
+			Comments      json.RawMessage `json:"comments"`
+			Comment       json.RawMessage `json:"comment"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &ev); err != nil {
@@ -290,6 +306,22 @@ func ParseEvent(body []byte) (providers.Event, error) {
 	}
 	if out.Type == "" && out.Reference == "" {
 		return providers.Event{}, fmt.Errorf("%s: %w: no event", Name, providers.ErrBadPayload)
+	}
+	if strings.Contains(strings.ToLower(ev.Event), "refund") || strings.Contains(strings.ToLower(ev.EventType), "refund") {
+		out.Refund = true
+		if ev.Data != nil {
+			out.TransactionID = idString(ev.Data.TxID)
+			if out.TransactionID == "" {
+				out.TransactionID = idString(ev.Data.TransactionID)
+			}
+			out.RefundReference = text(ev.Data.Comments)
+			if out.RefundReference == "" {
+				out.RefundReference = text(ev.Data.Comment)
+			}
+		}
+		if out.Reference == "" && out.TransactionID == "" && out.RefundReference == "" {
+			return providers.Event{}, fmt.Errorf("%s: %w: %s names no charge or refund", Name, providers.ErrBadPayload, out.Type)
+		}
 	}
 	return out, nil
 }

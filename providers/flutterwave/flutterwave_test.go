@@ -131,6 +131,8 @@ func FuzzVerifyWebhook(f *testing.F) {
 	f.Add([]byte(`{"event":"charge.completed","data":{"tx_ref":"op_1"}}`), "hash", "", true)
 	f.Add([]byte(`{"txRef":"x"}`), "", "AAAA", false)
 	f.Add([]byte(`null`), "hash", "!!", false)
+	f.Add([]byte(`{"event":"refund.completed","data":{"id":8612,"tx_id":41,"tx_ref":"op_1","status":"completed","comments":"or-1"}}`), "hash", "", true)
+	f.Add([]byte(`{"event.type":"REFUND","data":{"transaction_id":"41","comment":"or-1"}}`), "", "", true)
 	f.Fuzz(func(t *testing.T, body []byte, verif, sig string, sign bool) {
 		h := http.Header{}
 		if verif != "" {
@@ -142,9 +144,17 @@ func FuzzVerifyWebhook(f *testing.F) {
 		if sig != "" {
 			h.Set("Flutterwave-Signature", sig)
 		}
-		_, err := flutterwave.VerifyWebhook("hash", h, body)
+		ev, err := flutterwave.VerifyWebhook("hash", h, body)
 		if err == nil {
 			require.True(t, verif == "hash" || sign || strings.TrimSpace(sig) == base64.StdEncoding.EncodeToString(flutterwave.Sign("hash", body)))
+		}
+		if err == nil && ev.Refund {
+			// A refund event names its charge or refund somehow.
+			require.True(t, ev.Reference != "" || ev.TransactionID != "" || ev.RefundReference != "")
+		}
+		if err == nil && !ev.Refund {
+			require.Empty(t, ev.TransactionID)
+			require.Empty(t, ev.RefundReference)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 // Package paystack is the Paystack adapter: it charges a saved card
 // (authorization code) with our reference, looks charges up by that
-// reference and verifies x-paystack-signature webhooks.
+// reference, refunds them with our refund reference as the refund's
+// merchant_note (refund.go) and verifies x-paystack-signature webhooks.
 //
 // Paystack does not replay a repeated request: it rejects a reused reference
 // with a 400 "Duplicate ..." answer. Charge therefore turns that answer into
@@ -226,8 +227,12 @@ func result(tx transaction) providers.Result {
 
 // VerifyWebhook checks x-paystack-signature, the hex HMAC-SHA512 of the raw
 // body keyed with the secret key, in constant time, then reads the event.
-// Only charge.* events carry a Reference; others verify but return an empty
-// Reference, meaning "acknowledge and ignore".
+// charge.* events carry the charge's Reference; refund.* events
+// (refund.pending, refund.processing, refund.processed, refund.failed,
+// refund.needs-attention) are Refund events naming the refunded charge by
+// its transaction_reference (Paystack's refund events carry no merchant
+// note, so RefundReference is empty unless one is there). Others verify but
+// return an empty Reference, meaning "acknowledge and ignore".
 func (p *Provider) VerifyWebhook(header http.Header, body []byte) (providers.Event, error) {
 	return VerifyWebhook(p.key, header, body)
 }
@@ -245,7 +250,12 @@ func VerifyWebhook(secretKey string, header http.Header, body []byte) (providers
 	var ev struct {
 		Event string `json:"event"`
 		Data  struct {
-			Reference string `json:"reference"`
+			Reference            string `json:"reference"`
+			TransactionReference string `json:"transaction_reference"`
+			MerchantNote         string `json:"merchant_note"`
+			// An object with the reference in some payloads, an id in
+			// others: read only when it is the former.
+			Transaction json.RawMessage `json:"transaction"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Event == "" {
@@ -257,6 +267,19 @@ func VerifyWebhook(secretKey string, header http.Header, body []byte) (providers
 			return providers.Event{}, fmt.Errorf("%s: %w: %s without reference", Name, providers.ErrBadPayload, ev.Event)
 		}
 		out.Reference = OurReference(ev.Data.Reference)
+	}
+	if strings.HasPrefix(ev.Event, "refund.") {
+		ref := ev.Data.TransactionReference
+		var tx struct {
+			Reference string `json:"reference"`
+		}
+		if ref == "" && json.Unmarshal(ev.Data.Transaction, &tx) == nil {
+			ref = tx.Reference
+		}
+		if ref == "" {
+			return providers.Event{}, fmt.Errorf("%s: %w: %s without transaction_reference", Name, providers.ErrBadPayload, ev.Event)
+		}
+		out.Reference, out.Refund, out.RefundReference = OurReference(ref), true, ev.Data.MerchantNote
 	}
 	return out, nil
 }

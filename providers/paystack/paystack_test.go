@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,9 @@ func FuzzVerifyWebhook(f *testing.F) {
 	f.Add([]byte(`{"event":"charge.success","data":{"reference":"op_1"}}`), "", true)
 	f.Add([]byte(`{"event":"charge.success","data":{}}`), "00", true)
 	f.Add([]byte(`[]`), "zz", false)
+	f.Add([]byte(`{"event":"refund.processed","data":{"status":"processed","transaction_reference":"op-1","refund_reference":"1320","amount":"5000"}}`), "", true)
+	f.Add([]byte(`{"event":"refund.failed","data":{"transaction":{"reference":"op=2F1"},"merchant_note":"or-1"}}`), "", true)
+	f.Add([]byte(`{"event":"refund.pending","data":{"transaction":41,"refund_reference":null}}`), "", true)
 	f.Fuzz(func(t *testing.T, body []byte, sig string, sign bool) {
 		h := http.Header{}
 		if sign {
@@ -106,6 +110,15 @@ func FuzzVerifyWebhook(f *testing.F) {
 		}
 		if err == nil && ev.Reference == "" {
 			require.NotEmpty(t, ev.Type)
+		}
+		if err == nil && ev.Refund {
+			// A refund event always names the refunded charge.
+			require.True(t, strings.HasPrefix(ev.Type, "refund."), ev.Type)
+			require.NotEmpty(t, ev.Reference)
+		}
+		if err == nil && !ev.Refund {
+			require.Empty(t, ev.RefundReference)
+			require.Empty(t, ev.TransactionID)
 		}
 	})
 }

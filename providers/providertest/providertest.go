@@ -2,7 +2,10 @@
 // adapters against their fakes, and the in-process simulator. It checks the
 // contract of package providers, not any wire format: a repeated Charge
 // never charges twice, a lost answer is ErrUnknown and the retry finds the
-// first charge, Lookup never creates, and declines are Results.
+// first charge, Lookup never creates, and declines are Results. RunRefunds
+// (refund.go) checks the refund half the same way: a repeated Refund never
+// refunds twice, a lost answer is found by LookupRefund, refusals are
+// Results.
 //
 // Use it from an adapter's tests:
 //

@@ -35,6 +35,11 @@ type RefundBackend struct {
 	RejectNextRefund func(req *providers.RefundRequest)
 	// FailNext, when set, answers the backend's next request with status.
 	FailNext func(status int)
+	// HangNextRefund, when set with Impatient, makes the next refund be
+	// made and its answer held until the client gives up; Impatient is
+	// Provider with a short HTTP timeout.
+	HangNextRefund func()
+	Impatient      providers.Provider
 }
 
 // RefundHarness describes a provider for RunRefunds.
@@ -144,10 +149,11 @@ func RunRefunds(t *testing.T, h RefundHarness) {
 			"a refused refund is failed or was never made")
 	}
 
-	cases := []struct {
+	type refundCase struct {
 		name string
 		run  func(t *testing.T, b RefundBackend)
-	}{
+	}
+	cases := []refundCase{
 		{"RefundSucceedsAndIsLookedUp", func(t *testing.T, b RefundBackend) {
 			c, res := charge(t, b, h.SuccessMethod)
 			succeeded(t, b, refund(t, c, res, h.Amount))
@@ -225,10 +231,7 @@ func RunRefunds(t *testing.T, h RefundHarness) {
 		}},
 	}
 	for _, outcome := range []providers.Outcome{providers.OutcomeSucceeded, providers.OutcomeFailed} {
-		cases = append(cases, struct {
-			name string
-			run  func(t *testing.T, b RefundBackend)
-		}{"PendingThenSettled" + map[providers.Outcome]string{providers.OutcomeSucceeded: "Succeeded", providers.OutcomeFailed: "Failed"}[outcome],
+		cases = append(cases, refundCase{"PendingThenSettled" + map[providers.Outcome]string{providers.OutcomeSucceeded: "Succeeded", providers.OutcomeFailed: "Failed"}[outcome],
 			func(t *testing.T, b RefundBackend) {
 				c, res := charge(t, b, h.SuccessMethod)
 				r := refund(t, c, res, h.Amount)
@@ -261,10 +264,7 @@ func RunRefunds(t *testing.T, h RefundHarness) {
 				require.Equal(t, 1, b.Refunds(r.Reference))
 			}})
 	}
-	cases = append(cases, struct {
-		name string
-		run  func(t *testing.T, b RefundBackend)
-	}{"RefusedBeforeRefundingIsNotCharged", func(t *testing.T, b RefundBackend) {
+	cases = append(cases, refundCase{"RefusedBeforeRefundingIsNotCharged", func(t *testing.T, b RefundBackend) {
 		if b.RejectNextRefund == nil {
 			t.Skip("the backend cannot refuse a refund before making it")
 		}
@@ -274,10 +274,21 @@ func RunRefunds(t *testing.T, h RefundHarness) {
 		_, err := b.Provider.Refund(ctx, r)
 		RequireClass(t, err, providers.ErrNotCharged)
 		require.Equal(t, 0, b.Refunds(r.Reference))
-	}}, struct {
-		name string
-		run  func(t *testing.T, b RefundBackend)
-	}{"ServerErrorIsUnknown", func(t *testing.T, b RefundBackend) {
+	}}, refundCase{"TimeoutAfterRefundingIsUnknownAndTheRetryRefundsOnce", func(t *testing.T, b RefundBackend) {
+		if b.HangNextRefund == nil || b.Impatient == nil {
+			t.Skip("the backend cannot hold a refund's answer")
+		}
+		c, res := charge(t, b, h.SuccessMethod)
+		r := refund(t, c, res, h.Amount)
+		b.HangNextRefund()
+		_, err := b.Impatient.Refund(ctx, r)
+		RequireClass(t, err, providers.ErrUnknown)
+		require.Equal(t, 1, b.Refunds(r.Reference))
+		again, err := b.Provider.Refund(ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomeSucceeded, again.Outcome, "%+v", again)
+		require.Equal(t, 1, b.Refunds(r.Reference))
+	}}, refundCase{"ServerErrorIsUnknown", func(t *testing.T, b RefundBackend) {
 		if b.FailNext == nil {
 			t.Skip("the backend cannot fail a request")
 		}

@@ -1,7 +1,8 @@
 // Package stripe is the Stripe adapter: it creates and confirms an
 // off-session PaymentIntent with our reference as the Idempotency-Key and in
-// metadata, looks it up by that metadata and verifies Stripe-Signature
-// webhooks.
+// metadata, looks it up by that metadata, refunds it with our refund
+// reference as the Idempotency-Key and in the refund's metadata (refund.go)
+// and verifies Stripe-Signature webhooks.
 //
 // Unlike Paystack, Stripe replays: a repeated create with the same
 // Idempotency-Key and identical parameters returns the first answer (for at
@@ -216,15 +217,28 @@ func failureCode(e *stripeError) string {
 // a person. (The reliable "find or create" is a repeated Charge with the same
 // Idempotency-Key, which a retry of the request does.)
 func (p *Provider) Lookup(ctx context.Context, reference string) (providers.Result, error) {
+	pi, found, err := p.findIntent(ctx, reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if !found {
+		return providers.Result{Outcome: providers.OutcomePending}, nil
+	}
+	return result(pi), nil
+}
+
+// findIntent finds the PaymentIntent carrying our reference, as Lookup
+// describes: the recent list, then search. Not found is not proof.
+func (p *Provider) findIntent(ctx context.Context, reference string) (paymentIntent, bool, error) {
 	q := url.Values{"limit": {"100"}, "created[gte]": {strconv.FormatInt(p.now().Add(-lookupWindow).Unix(), 10)}}
 	for range listPages {
 		var l list
 		if err := p.get(ctx, "/v1/payment_intents?"+q.Encode(), &l); err != nil {
-			return providers.Result{}, err
+			return paymentIntent{}, false, err
 		}
 		for _, pi := range l.Data {
 			if pi.Metadata[MetadataKey] == reference {
-				return result(pi), nil
+				return pi, true, nil
 			}
 		}
 		if !l.HasMore || len(l.Data) == 0 {
@@ -235,14 +249,14 @@ func (p *Provider) Lookup(ctx context.Context, reference string) (providers.Resu
 	var found list
 	sq := url.Values{"query": {"metadata['" + MetadataKey + "']:'" + strings.ReplaceAll(reference, "'", `\'`) + "'"}}
 	if err := p.get(ctx, "/v1/payment_intents/search?"+sq.Encode(), &found); err != nil {
-		return providers.Result{}, err
+		return paymentIntent{}, false, err
 	}
 	for _, pi := range found.Data {
 		if pi.Metadata[MetadataKey] == reference {
-			return result(pi), nil
+			return pi, true, nil
 		}
 	}
-	return providers.Result{Outcome: providers.OutcomePending}, nil
+	return paymentIntent{}, false, nil
 }
 
 func (p *Provider) get(ctx context.Context, path string, into any) error {
@@ -257,13 +271,24 @@ func (p *Provider) get(ctx context.Context, path string, into any) error {
 	if resp.Status != http.StatusOK {
 		var env errorEnvelope
 		_ = json.Unmarshal(resp.Body, &env)
-		return statusError("lookup", resp.Status, env.Error)
+		err := statusError("lookup", resp.Status, env.Error)
+		if resp.Status == http.StatusNotFound && env.Error != nil && env.Error.Code == "resource_missing" {
+			return &missingError{err}
+		}
+		return err
 	}
 	if err := json.Unmarshal(resp.Body, into); err != nil {
 		return fmt.Errorf("%s: %w: unreadable lookup answer (HTTP 200)", Name, providers.ErrUnknown)
 	}
 	return nil
 }
+
+// missingError is Stripe's 404 resource_missing for the object a GET names
+// (classified like any 4xx; LookupRefund tells it apart).
+type missingError struct{ err error }
+
+func (e *missingError) Error() string { return e.err.Error() }
+func (e *missingError) Unwrap() error { return e.err }
 
 // request is a Stripe API request: Bearer secret key, and a body (nil for
 // none) form-encoded.
@@ -295,9 +320,10 @@ func result(pi paymentIntent) providers.Result {
 }
 
 // VerifyWebhook checks Stripe-Signature with the webhook secret and the
-// adapter's clock, then reads the event. payment_intent.* events carry our
-// reference from data.object.metadata; others (and intents not made by
-// OncePay) verify with an empty Reference: acknowledge and ignore.
+// adapter's clock, then reads the event (ParseEvent). payment_intent.*
+// events carry our reference from data.object.metadata, refund events are
+// Refund events; others (and intents not made by OncePay) verify with an
+// empty Reference: acknowledge and ignore.
 func (p *Provider) VerifyWebhook(header http.Header, body []byte) (providers.Event, error) {
 	if err := VerifySignature(header.Get("Stripe-Signature"), body, p.whsec, p.now(), DefaultTolerance); err != nil {
 		return providers.Event{}, err
@@ -369,6 +395,13 @@ func SignatureHeader(secret string, t time.Time, body []byte) string {
 }
 
 // ParseEvent reads a verified event body. Errors wrap ErrBadPayload.
+//
+// payment_intent.* events name our charge by the intent's metadata. Refund
+// events are charge.refunded (data.object a Charge: the PaymentIntent's id
+// as TransactionID, and our charge reference only if the Charge carries
+// it in metadata) and refund.* / charge.refund.updated (data.object a
+// Refund: our refund reference and charge reference from the refund's
+// metadata, which Refund sets, and the PaymentIntent's id).
 func ParseEvent(body []byte) (providers.Event, error) {
 	var ev struct {
 		Type string `json:"type"`
@@ -376,6 +409,9 @@ func ParseEvent(body []byte) (providers.Event, error) {
 			Object struct {
 				Object   string            `json:"object"`
 				Metadata map[string]string `json:"metadata"`
+				// An id, or the expanded object: read leniently so that
+				// it never makes an event unreadable.
+				PaymentIntent json.RawMessage `json:"payment_intent"`
 			} `json:"object"`
 		} `json:"data"`
 	}
@@ -383,8 +419,33 @@ func ParseEvent(body []byte) (providers.Event, error) {
 		return providers.Event{}, fmt.Errorf("%s: %w", Name, providers.ErrBadPayload)
 	}
 	out := providers.Event{Type: ev.Type}
-	if strings.HasPrefix(ev.Type, "payment_intent.") {
-		out.Reference = ev.Data.Object.Metadata[MetadataKey]
+	obj := ev.Data.Object
+	switch {
+	case strings.HasPrefix(ev.Type, "payment_intent."):
+		out.Reference = obj.Metadata[MetadataKey]
+	case ev.Type == "charge.refunded" || ev.Type == "charge.refund.updated" || strings.HasPrefix(ev.Type, "refund."):
+		out.Refund, out.TransactionID = true, objectID(obj.PaymentIntent)
+		if obj.Object == "refund" {
+			out.RefundReference, out.Reference = obj.Metadata[MetadataKey], obj.Metadata[RefundMetadataChargeKey]
+		} else {
+			out.Reference = obj.Metadata[MetadataKey]
+		}
 	}
 	return out, nil
+}
+
+// objectID reads a field Stripe gives as an id or, expanded, as an object
+// with one; "" for anything else.
+func objectID(raw json.RawMessage) string {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return obj.ID
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,10 +149,33 @@ func TestVerifyWebhook(t *testing.T) {
 
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	ev, err := stripe.ParseEvent([]byte(`{"type":"charge.refunded","data":{"object":{"metadata":{"oncepay_reference":"x"}}}}`))
-	require.NoError(t, err)
-	require.Equal(t, providers.Event{Type: "charge.refunded"}, ev, "only payment_intent events name a charge of ours")
-	_, err = stripe.ParseEvent([]byte(`{"data":1}`))
+	for _, tt := range []struct {
+		name, body string
+		want       providers.Event
+	}{
+		{"PaymentIntentNamesTheCharge", `{"type":"payment_intent.succeeded","data":{"object":{"object":"payment_intent","metadata":{"oncepay_reference":"op-1"}}}}`,
+			providers.Event{Type: "payment_intent.succeeded", Reference: "op-1"}},
+		{"OtherObjectsNameNothing", `{"type":"customer.created","data":{"object":{"object":"customer","metadata":{"oncepay_reference":"x"}}}}`,
+			providers.Event{Type: "customer.created"}},
+		{"ChargeRefundedIsARefundOfTheIntent", `{"type":"charge.refunded","data":{"object":{"object":"charge","payment_intent":"pi_1","metadata":{}}}}`,
+			providers.Event{Type: "charge.refunded", Refund: true, TransactionID: "pi_1"}},
+		{"ChargeRefundedWithOurMetadata", `{"type":"charge.refunded","data":{"object":{"object":"charge","payment_intent":{"id":"pi_1"},"metadata":{"oncepay_reference":"op-1"}}}}`,
+			providers.Event{Type: "charge.refunded", Reference: "op-1", Refund: true, TransactionID: "pi_1"}},
+		{"RefundNamesBoth", `{"type":"refund.failed","data":{"object":{"object":"refund","payment_intent":"pi_1","metadata":{"oncepay_reference":"or-1","oncepay_charge_reference":"op-1"}}}}`,
+			providers.Event{Type: "refund.failed", Reference: "op-1", Refund: true, RefundReference: "or-1", TransactionID: "pi_1"}},
+		{"LegacyChargeRefundUpdated", `{"type":"charge.refund.updated","data":{"object":{"object":"refund","payment_intent":null,"metadata":{"oncepay_reference":"or-1"}}}}`,
+			providers.Event{Type: "charge.refund.updated", Refund: true, RefundReference: "or-1"}},
+		{"RefundNotOurs", `{"type":"refund.created","data":{"object":{"object":"refund","payment_intent":7,"metadata":{}}}}`,
+			providers.Event{Type: "refund.created", Refund: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := stripe.ParseEvent([]byte(tt.body))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, ev)
+		})
+	}
+	_, err := stripe.ParseEvent([]byte(`{"data":1}`))
 	require.ErrorIs(t, err, providers.ErrBadPayload)
 }
 
@@ -161,6 +185,8 @@ func FuzzVerifyWebhook(f *testing.F) {
 	f.Add([]byte(`{"type":"payment_intent.succeeded","data":{"object":{"metadata":{"oncepay_reference":"op_1"}}}}`), "", true)
 	f.Add([]byte(`{}`), "t=1,v1=00", false)
 	f.Add([]byte(``), "t=,v1=,,=", false)
+	f.Add([]byte(`{"type":"refund.updated","data":{"object":{"object":"refund","payment_intent":"pi_1","metadata":{"oncepay_reference":"or-1","oncepay_charge_reference":"op-1"}}}}`), "", true)
+	f.Add([]byte(`{"type":"charge.refunded","data":{"object":{"object":"charge","payment_intent":{"id":"pi_1"},"metadata":{}}}}`), "", true)
 	f.Fuzz(func(t *testing.T, body []byte, header string, sign bool) {
 		if sign {
 			header = stripe.SignatureHeader("whsec_fuzz", fixedNow, body)
@@ -170,7 +196,14 @@ func FuzzVerifyWebhook(f *testing.F) {
 			require.NoError(t, err)
 		}
 		if err == nil {
-			_, _ = stripe.ParseEvent(body)
+			ev, err := stripe.ParseEvent(body)
+			if err == nil && !ev.Refund {
+				require.Empty(t, ev.RefundReference)
+				require.Empty(t, ev.TransactionID)
+			}
+			if err == nil && ev.Refund {
+				require.True(t, ev.Type == "charge.refunded" || ev.Type == "charge.refund.updated" || strings.HasPrefix(ev.Type, "refund."), ev.Type)
+			}
 		}
 	})
 }

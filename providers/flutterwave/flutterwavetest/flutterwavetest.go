@@ -1,7 +1,9 @@
 // Package flutterwavetest is a fake Flutterwave v3 API for tests: an
 // httptest server that speaks Flutterwave's wire format (shared/providers.md
 // 2.7), stores tokenized charges by tx_ref, rejects a reused tx_ref, and can
-// lose or delay an answer after storing the charge.
+// lose or delay an answer after storing the charge. It refunds too (POST
+// /v3/transactions/{id}/refund, GET /v3/refunds: see refund.go), and the
+// same faults apply to refunds.
 //
 //	fw := flutterwavetest.New(t)
 //	p, _ := flutterwave.New(flutterwave.Config{BaseURL: fw.URL})(providers.Secrets{
@@ -18,6 +20,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +47,8 @@ const (
 // Server is a running fake. Its methods are safe for concurrent use. The
 // embedded Faults gives it Close, DropNextResponse, HangNextResponse,
 // FailNext (503 is Flutterwave's gateway timeout), Charges (0 or 1 for a
-// tx_ref) and TotalCharges.
+// tx_ref) and TotalCharges, and for refunds PendNextRefund, Refunds (by our
+// refund reference, the refund's comments) and TotalRefunds.
 type Server struct {
 	// URL is the base URL to give flutterwave.Config.BaseURL.
 	URL string
@@ -53,6 +57,9 @@ type Server struct {
 	mu     sync.Mutex
 	txs    map[string]*tx
 	nextID int64
+
+	refunds    []*refundRecord // creation order
+	nextRefund int64
 }
 
 type tx struct {
@@ -75,7 +82,7 @@ type tx struct {
 // New starts a fake and stops it when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{txs: map[string]*tx{}, nextID: 277036000}
+	s := &Server{txs: map[string]*tx{}, nextID: 277036000, nextRefund: 75900}
 	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
 }
@@ -133,6 +140,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.charge(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/v3/transactions/verify_by_reference":
 		s.verify(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v3/refunds":
+		s.listRefunds(w, r)
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v3/transactions/"):
+		id, ok := refundPath(r.URL.Path)
+		if !ok {
+			writeError(w, http.StatusNotFound, "Route not found")
+			return
+		}
+		s.createRefund(w, r, id)
 	default:
 		writeError(w, http.StatusNotFound, "Route not found")
 	}

@@ -4,6 +4,9 @@
 // (shared/specs/paystack/paystack.yaml), stores charges by reference, rejects
 // a reused reference like Paystack does, and can lose or delay an answer
 // after storing the charge, to exercise "charged, but the answer was lost".
+// It refunds too (POST /refund, GET /refund and GET /refund/{id}, also
+// checked against the spec: see refund.go), and the same faults apply to
+// refunds.
 //
 //	ps := paystacktest.New(t)
 //	p, _ := paystack.New(paystack.Config{BaseURL: ps.URL})(providers.Secrets{"secret_key": paystacktest.SecretKey})
@@ -56,7 +59,9 @@ var Spec []byte
 
 // Server is a running fake. Its methods are safe for concurrent use. The
 // embedded Faults gives it Close, DropNextResponse, HangNextResponse,
-// LandLateNext and Land, FailNext and TotalCharges.
+// LandLateNext and Land, FailNext, TotalCharges, and for refunds
+// PendNextRefund, Refunds (by our refund reference, the merchant_note) and
+// TotalRefunds.
 type Server struct {
 	// URL is the base URL to give paystack.Config.BaseURL.
 	URL string
@@ -67,6 +72,10 @@ type Server struct {
 	mu     sync.Mutex
 	txs    map[string]*tx
 	nextID int64
+
+	refunds      []*refundRecord // creation order
+	nextRefund   int64
+	balanceShort bool
 }
 
 type tx struct {
@@ -103,7 +112,7 @@ func New(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("paystacktest: %v", err)
 	}
-	s := &Server{spec: spec, txs: map[string]*tx{}, nextID: 4099490000}
+	s := &Server{spec: spec, txs: map[string]*tx{}, nextID: 4099490000, nextRefund: 15581000}
 	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
 }
@@ -199,6 +208,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.charge(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/transaction/verify/"):
 		s.verify(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/refund":
+		s.createRefund(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/refund":
+		s.listRefunds(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/refund/"):
+		s.fetchRefund(w, r)
 	default:
 		fake.WriteJSON(w, http.StatusNotFound, map[string]any{"status": false, "message": "Not found"})
 	}

@@ -4,7 +4,9 @@
 // status and body with Idempotent-Replayed: true; other parameters are a 400
 // idempotency_error; validation errors are not stored), lists and searches
 // intents by metadata, and can lose or delay an answer after storing it
-// (shared/providers.md 3.9).
+// (shared/providers.md 3.9). It refunds too (POST /v1/refunds, GET
+// /v1/refunds, GET /v1/refunds/{id}: see refund.go), and the same faults
+// apply to refunds.
 //
 //	st := stripetest.New(t)
 //	p, _ := stripe.New(stripe.Config{BaseURL: st.URL})(providers.Secrets{
@@ -53,17 +55,20 @@ const (
 // create is executed and stored first, so a retry with its Idempotency-Key
 // replays it), FailNext (an api_error, not stored, as when Stripe never
 // started), Charges (how many PaymentIntents carry the reference in
-// metadata) and TotalCharges.
+// metadata) and TotalCharges, and for refunds PendNextRefund, Refunds (by
+// our refund reference in the refund's metadata) and TotalRefunds.
 type Server struct {
 	// URL is the base URL to give stripe.Config.BaseURL.
 	URL string
 	fake.Faults
 
-	mu        sync.Mutex
-	intents   []*intent // creation order
-	idem      map[string]*stored
-	next      int
-	searchLag bool
+	mu         sync.Mutex
+	intents    []*intent // creation order
+	idem       map[string]*stored
+	next       int
+	searchLag  bool
+	refunds    []*refund // creation order
+	nextRefund int
 }
 
 type intent struct {
@@ -168,6 +173,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.list(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		s.search(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		s.createRefund(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		s.listRefunds(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/refunds/"):
+		s.fetchRefund(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "Unrecognized request URL")
 	}
