@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 	"github.com/oncepay/gateway/scheduler"
 )
 
@@ -275,4 +276,64 @@ func TestRacingRefundsNeverExceedThePayment(t *testing.T) {
 			require.EqualValues(t, 8000, sum)
 		})
 	}
+}
+
+// Each provider's refund through the API against its fake: refunded once,
+// settled (at once, or by the provider's signed refund event), replayed.
+func TestRefundsThroughEachProvider(t *testing.T) {
+	t.Parallel()
+	for _, f := range fakes() {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			url, _, _, _ := f.start(t)
+			g := apptest.Start(t, apptest.Env(f.env, url))
+			m := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: f.secrets}})
+			r := g.Pay(m, "p", providerBody(f, f.success))
+			require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+			id := r.JSON(t)["id"].(string)
+			first := refundOf(g, m, id, "r", map[string]any{"amount": 2000})
+			require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, first.StatusCode, string(first.Body))
+			if first.StatusCode == http.StatusAccepted {
+				// Queued at the provider (Paystack's way): a poll settles it.
+				require.Equal(t, "succeeded", g.Get(m, first.Header.Get("Location")).JSON(t)["status"])
+			}
+			again := refundOf(g, m, id, "r", map[string]any{"amount": 2000})
+			require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
+			require.Equal(t, "succeeded", again.JSON(t)["status"])
+			over := refundOf(g, m, id, "r-over", map[string]any{"amount": 4000})
+			require.Equal(t, "refund_exceeds_remaining", over.Code(t))
+		})
+	}
+}
+
+// A provider's signed refund event settles a pending refund at once, by
+// lookup; a tampered one changes nothing.
+func TestRefundWebhookSettlesAPendingRefund(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, r.StatusCode)
+	id := r.JSON(t)["id"].(string)
+	ps.PendNextRefund()
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ref := providers.RefundReference(m.ID, "r")
+	require.NoError(t, ps.SettleRefund(ref, providers.OutcomeSucceeded))
+	h, raw, err := ps.RefundWebhook(ref)
+	require.NoError(t, err)
+	hook := "/v1/webhooks/paystack/" + m.ID
+	bad := g.Do("POST", hook, append([]byte(nil), raw[:len(raw)-1]...), headerPairs(h)...)
+	require.Equal(t, http.StatusUnauthorized, bad.StatusCode)
+	ok := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+	require.Equal(t, "refunds_settled", ok.JSON(t)["status"])
+	rec, err := g.App.Keys.Get(context.Background(), m.ID, "r")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, rec.StatusCode, "the key is done with the refund's answer")
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.Equal(t, 1, ps.Refunds(ref))
+	again := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, "final", again.JSON(t)["status"], "a duplicate event is harmless")
 }
