@@ -2835,7 +2835,7 @@ const docTemplate = `{
                     "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
                 },
                 "status": {
-                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it), or a\nSettlement (resolved, released, pending, review).",
+                    "description": "Status: ignored (no payment with that reference), final (already\nsettled: duplicates and late events are harmless), deferred (the\nrequest that owns the key is still running and will settle it),\nreopened (a payment released as never charged had the charge after\nall), refunds_settled (a refund event: the payment's pending refunds\nlooked up and settled), or a Settlement (resolved, released, pending,\nreview).",
                     "type": "string",
                     "example": "resolved"
                 }

@@ -872,8 +872,11 @@ type WebhookResult struct {
 
 	// Status Status: ignored (no payment with that reference), final (already
 	// settled: duplicates and late events are harmless), deferred (the
-	// request that owns the key is still running and will settle it), or a
-	// Settlement (resolved, released, pending, review).
+	// request that owns the key is still running and will settle it),
+	// reopened (a payment released as never charged had the charge after
+	// all), refunds_settled (a refund event: the payment's pending refunds
+	// looked up and settled), or a Settlement (resolved, released, pending,
+	// review).
 	//
 	// Example: resolved
 	Status string `json:"status"`
