@@ -98,6 +98,14 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
+// InvalidationBound is how long a suspension, a credential rotation or a
+// change of provider secrets made through one instance takes to reach
+// every instance: instances share nothing but the database, and each keeps
+// what it read of a tenant for at most this long (the tenant service's
+// caches), so a bound on that TTL is the bound (invalidation_test.go
+// checks it with two instances on one database).
+const InvalidationBound = time.Second
+
 // clockSync is how often an instance re-measures its clock against the
 // database's.
 const clockSync = 30 * time.Second
@@ -151,7 +159,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Issuer:         tokenIssuer,
 		Audience:       tokenAudience,
 		TokenTTL:       cfg.Auth.TokenTTL,
-		StatusCacheTTL: time.Second,
+		StatusCacheTTL: InvalidationBound,
 		Logger:         log,
 		Now:            a.Clock.Now,
 	})
