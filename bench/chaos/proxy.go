@@ -22,7 +22,7 @@ type proxy struct {
 
 	forwarded atomic.Int64
 	dropped   atomic.Int64
-	failed    atomic.Int64 // gateway unreachable (killed): answered 502
+	failed    atomic.Int64 // no instance reached (killed, or the balancer down): 502/503
 }
 
 func newProxy(target string, dropRate float64) *proxy {
@@ -58,6 +58,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forwarded.Add(1)
+	if resp.Header.Get(instanceHeader) == "" && resp.StatusCode >= http.StatusBadGateway {
+		// The balancer's own 502/503: no instance could take it.
+		p.failed.Add(1)
+	}
 	if rand.Float64() < p.dropRate {
 		p.dropped.Add(1)
 		if hj, ok := w.(http.Hijacker); ok {
