@@ -265,8 +265,9 @@ func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*mer
 			by[a.instance] = true
 			if i > 0 && (a.status != p.answers[0].status || !bytes.Equal(a.body, p.answers[0].body)) {
 				r.differing++
-				r.fail("%s: answers differ between instances: %s said %d %.120s, %s said %d %.120s",
-					p.key, p.answers[0].instance, p.answers[0].status, p.answers[0].body, a.instance, a.status, a.body)
+				r.fail("%s: answers differ between instances: %s said %d (%d bytes) %.100s, %s said %d (%d bytes) %.100s",
+					p.key, p.answers[0].instance, p.answers[0].status, len(p.answers[0].body), p.answers[0].body,
+					a.instance, a.status, len(a.body), a.body)
 				break
 			}
 		}

@@ -86,6 +86,7 @@ type options struct {
 	haproxy               string
 	redis                 string
 	replays               int
+	tamperEvery           int
 	settleWait            time.Duration
 	keepLogs              bool
 	providerFlags         string
@@ -117,6 +118,7 @@ func main() {
 	flag.DurationVar(&o.skew, "skew", 90*time.Second, "CLOCK_SKEW of the last instance (0: none)")
 	flag.StringVar(&o.haproxy, "haproxy", "", "HAProxy binary (default: haproxy on PATH, or /usr/sbin/haproxy)")
 	flag.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379/0", "REDIS_URL the instances share their rate limits in (empty: in memory)")
+	flag.IntVar(&o.tamperEvery, "tamper-every", 0, "the proxy alters every n-th replayed answer, to check that the audit catches answers that differ (0: never)")
 	flag.IntVar(&o.replays, "replays", 2, "requests a client sends again after its final answer, to compare instances' answers")
 	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
@@ -350,6 +352,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 
 	px := newProxy(lbURL, o.dropRate)
+	px.tamperEvery = int64(o.tamperEvery)
 	pxLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -19,6 +19,11 @@ type proxy struct {
 	target   string // gateway base URL
 	dropRate float64
 	client   *http.Client
+	// tamperEvery, when positive, alters every n-th replayed answer (one
+	// space more in its body), as an instance that answered a key
+	// otherwise than another would: to check that the audit catches it.
+	tamperEvery int64
+	replays     atomic.Int64
 
 	forwarded atomic.Int64
 	dropped   atomic.Int64
@@ -70,6 +75,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if p.tamperEvery > 0 && resp.Header.Get("Idempotent-Replayed") == "true" &&
+		p.replays.Add(1)%p.tamperEvery == 0 && len(answer) > 1 {
+		answer = append(answer[:len(answer)-1:len(answer)-1], ' ', answer[len(answer)-1])
+		resp.Header.Del("Content-Length")
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
