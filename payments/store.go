@@ -14,8 +14,8 @@ import (
 
 // Store keeps payments. Every read is scoped to a merchant, and every
 // write addresses a payment by its whole primary key, (merchant_id, id):
-// on a table sharded by merchant (docs/citus.md) that is what routes a
-// statement to one shard. The key being whole matters for the plan too: a
+// on a table sharded by merchant (README, "Sharding by merchant") that is
+// what routes a statement to one shard. The key being whole matters for the plan too: a
 // WHERE naming only a prefix of some index (merchant_id) once tied, on a
 // table without statistics, with the list index, and connections that
 // cached that plan scanned all of the merchant's payments on every write

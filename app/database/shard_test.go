@@ -13,11 +13,11 @@ import (
 )
 
 // notTenantOwned are the tables that are not distributed by merchant on a
-// sharded PostgreSQL (docs/citus.md), each with the reason. Every other
-// table is tenant-owned: it must carry merchant_id in its primary key and
-// in every unique index, and its foreign keys must stay within a merchant.
-// A new table lands in that rule by default; listing it here needs a
-// reason a reviewer can check.
+// sharded PostgreSQL (README, "Sharding by merchant"), each with the
+// reason. Every other table is tenant-owned: it must carry merchant_id in
+// its primary key and in every unique index, and its foreign keys must stay
+// within a merchant. A new table lands in that rule by default; listing it
+// here needs a reason a reviewer can check.
 var notTenantOwned = map[string]string{
 	"tenants": "reference table: the merchants themselves, read on every request, " +
 		"small; replicated to every node (create_reference_table)",
