@@ -101,10 +101,16 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 // InvalidationBound is how long a suspension, a credential rotation or a
 // change of provider secrets made through one instance takes to reach
 // every instance: instances share nothing but the database, and each keeps
-// what it read of a tenant for at most this long (the tenant service's
-// caches), so a bound on that TTL is the bound (invalidation_test.go
-// checks it with two instances on one database).
+// what it read of a tenant for less than this (the tenant service's
+// caches, InvalidationBound - invalidationMargin), so the caches' TTL
+// bounds it (invalidation_test.go checks it with two instances on one
+// database).
 const InvalidationBound = time.Second
+
+// invalidationMargin is what the caches' TTL leaves of InvalidationBound
+// for the request that first sees the change (its own reads and answer),
+// so the change is in force, end to end, within the bound.
+const invalidationMargin = 200 * time.Millisecond
 
 // clockSync is how often an instance re-measures its clock against the
 // database's.
@@ -159,7 +165,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Issuer:         tokenIssuer,
 		Audience:       tokenAudience,
 		TokenTTL:       cfg.Auth.TokenTTL,
-		StatusCacheTTL: InvalidationBound,
+		StatusCacheTTL: InvalidationBound - invalidationMargin,
 		Logger:         log,
 		Now:            a.Clock.Now,
 	})
