@@ -109,7 +109,7 @@ func newLogger(cfg config.Config) *slog.Logger {
 	if cfg.Log.Format == "json" {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
-	log := slog.New(h)
+	log := slog.New(h).With("instance", cfg.Instance)
 	slog.SetDefault(log)
 	return log
 }

@@ -60,8 +60,12 @@ type App struct {
 	// Metrics are the Prometheus collectors; nil when METRICS_ENABLED=false.
 	Metrics *metrics.Metrics
 	// RateLimiter limits /v1 merchant routes per merchant; nil when
-	// RATE_LIMIT_PER_SECOND=0. Tests make time pass with SetClock.
+	// RATE_LIMIT_PER_SECOND=0. Tests make time pass with SetClock. With
+	// REDIS_URL it is SharedLimiter's fallback.
 	RateLimiter *ratelimit.Limiter
+	// SharedLimiter shares each merchant's limit across instances in
+	// Redis; nil without REDIS_URL (or with the limit off).
+	SharedLimiter *ratelimit.Shared
 	// Clock is this instance's clock kept in step with the database's
 	// (tokens, updated_at); Serve re-measures it every clockSync.
 	Clock *dbclock.Clock
@@ -96,6 +100,20 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
+// InvalidationBound is how long a suspension, a credential rotation or a
+// change of provider secrets made through one instance takes to reach
+// every instance: instances share nothing but the database, and each keeps
+// what it read of a tenant for less than this (the tenant service's
+// caches, InvalidationBound - invalidationMargin), so the caches' TTL
+// bounds it (invalidation_test.go checks it with two instances on one
+// database).
+const InvalidationBound = time.Second
+
+// invalidationMargin is what the caches' TTL leaves of InvalidationBound
+// for the request that first sees the change (its own reads and answer),
+// so the change is in force, end to end, within the bound.
+const invalidationMargin = 200 * time.Millisecond
+
 // clockSync is how often an instance re-measures its clock against the
 // database's.
 const clockSync = 30 * time.Second
@@ -124,13 +142,23 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.Metrics = metrics.New(metrics.Options{DB: sqlDB, Providers: reg.Names()})
+		a.Metrics = metrics.New(metrics.Options{DB: sqlDB, Providers: reg.Names(), Instance: cfg.Instance,
+			SharedLimits: cfg.Limits.RatePerSecond > 0 && cfg.Limits.RedisURL != ""})
 	}
+	var err error
 	if cfg.Limits.RatePerSecond > 0 {
 		a.RateLimiter = ratelimit.New(ratelimit.Config{Rate: cfg.Limits.RatePerSecond, Burst: cfg.Limits.Burst})
+		if u := cfg.Limits.RedisURL.Reveal(); u != "" {
+			sc := ratelimit.SharedConfig{URL: u, KeyPrefix: cfg.Limits.RedisKeyPrefix, Local: a.RateLimiter, Log: log}
+			if a.Metrics != nil {
+				sc.Observe, sc.Up = a.Metrics.ObserveRateLimit, a.Metrics.SetRateLimitRedisUp
+			}
+			if a.SharedLimiter, err = ratelimit.NewShared(sc); err != nil {
+				return nil, err
+			}
+		}
 	}
 
-	var err error
 	a.Tenants, err = tenants.NewService(db, reg, tenants.Config{
 		MasterKey:      cfg.Secrets.MasterKey,
 		AdminAPIKey:    cfg.Secrets.AdminAPIKey.Reveal(),
@@ -139,7 +167,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Issuer:         tokenIssuer,
 		Audience:       tokenAudience,
 		TokenTTL:       cfg.Auth.TokenTTL,
-		StatusCacheTTL: time.Second,
+		StatusCacheTTL: InvalidationBound - invalidationMargin,
 		Logger:         log,
 		Now:            a.Clock.Now,
 	})
@@ -230,6 +258,9 @@ func (a *App) routes() {
 	}
 
 	h := health{db: a.db}
+	if a.SharedLimiter != nil {
+		h.redis = a.SharedLimiter
+	}
 	f.Get("/healthz", h.healthz)
 	f.Get("/readyz", h.readyz)
 	if a.Metrics != nil && a.cfg.Metrics.Addr == "" {
@@ -277,9 +308,12 @@ func (a *App) routes() {
 	th.TokenRoutes(v1)
 	ph.WebhookRoutes(v1)
 	merchantMW := []fiber.Handler{th.RequireMerchant()}
-	if a.RateLimiter != nil {
-		// After auth (keyed by the verified merchant id) and before the
-		// idempotency claim: a limited request stores nothing.
+	// After auth (keyed by the verified merchant id) and before the
+	// idempotency claim: a limited request stores nothing.
+	switch {
+	case a.SharedLimiter != nil:
+		merchantMW = append(merchantMW, ratelimit.Middleware(a.SharedLimiter, tenants.MerchantID))
+	case a.RateLimiter != nil:
 		merchantMW = append(merchantMW, a.RateLimiter.Middleware(tenants.MerchantID))
 	}
 	merchant := v1.Group("", merchantMW...)
@@ -347,6 +381,9 @@ func (a *App) Close() error {
 	if a.metricsSrv != nil {
 		_ = a.metricsSrv.Close()
 		_ = a.metricsLn.Close() // in case Serve never ran
+	}
+	if a.SharedLimiter != nil {
+		_ = a.SharedLimiter.Close()
 	}
 	return database.Close(a.db)
 }

@@ -16,7 +16,25 @@ type HealthStatus struct {
 	Status string `json:"status" example:"ok"`
 } // @name HealthStatus
 
-type health struct{ db *gorm.DB }
+// Readiness is the body of /readyz: what the gateway depends on, each
+// "ok" or what is wrong with it.
+type Readiness struct {
+	// Status is ok, or degraded while an optional dependency (Redis) does
+	// not answer: the gateway still serves, so a load balancer keeps it.
+	Status string `json:"status" example:"ok" enums:"ok,degraded"`
+	// Database is the database's state; without it the answer is a 503.
+	Database string `json:"database" example:"ok" enums:"ok"`
+	// Redis is the rate limiter's Redis (only when REDIS_URL is set):
+	// unreachable means limits are kept in this instance's memory until it
+	// answers.
+	Redis string `json:"redis,omitempty" example:"ok" enums:"ok,unreachable"`
+} // @name Readiness
+
+type health struct {
+	db *gorm.DB
+	// redis is the shared rate limiter, nil without REDIS_URL.
+	redis interface{ Ping(context.Context) error }
+}
 
 // healthz godoc
 // @Summary      Liveness
@@ -32,11 +50,13 @@ func (h health) healthz(c *fiber.Ctx) error {
 
 // readyz godoc
 // @Summary      Readiness
-// @Description  The gateway can serve traffic: its database answers.
+// @Description  The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate
+// @Description  limiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this
+// @Description  instance's memory), so the answer is 200 with status "degraded", not a 503.
 // @Tags         health
 // @Produce      json
 // @Produce      application/problem+json
-// @Success      200 {object} HealthStatus
+// @Success      200 {object} Readiness
 // @Failure      503 {object} problem.Problem "unavailable: the database does not answer"
 // @ID           getReadiness
 // @Router       /readyz [get]
@@ -46,5 +66,12 @@ func (h health) readyz(c *fiber.Ctx) error {
 	if err := database.Ping(ctx, h.db); err != nil {
 		return problem.New(fiber.StatusServiceUnavailable, "unavailable", "database unreachable")
 	}
-	return c.JSON(HealthStatus{Status: "ok"})
+	r := Readiness{Status: "ok", Database: "ok"}
+	if h.redis != nil {
+		r.Redis = "ok"
+		if err := h.redis.Ping(ctx); err != nil {
+			r.Status, r.Redis = "degraded", "unreachable"
+		}
+	}
+	return c.JSON(r)
 }

@@ -75,6 +75,9 @@ type Config struct {
 	Limits   Limits
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	// Instance names this gateway instance in metrics and logs
+	// (INSTANCE_ID; the hostname when unset).
+	Instance string
 	// ClockSkew shifts this instance's own clock (CLOCK_SKEW, development
 	// only), so tests can run instances whose clocks disagree.
 	ClockSkew time.Duration
@@ -155,6 +158,13 @@ type Metrics struct {
 type Limits struct {
 	RatePerSecond float64 // RATE_LIMIT_PER_SECOND, 0 disables
 	Burst         int     // RATE_LIMIT_BURST
+	// RedisURL, when set, shares each merchant's limit across instances
+	// in Redis (REDIS_URL: redis://[user:password@]host:port/db, or
+	// rediss:// for TLS); unset, each instance limits in its own memory.
+	RedisURL Secret
+	// RedisKeyPrefix starts every key the limiter writes (REDIS_KEY_PREFIX),
+	// so gateways (or tests) sharing a Redis keep apart.
+	RedisKeyPrefix string
 }
 
 // Now is this instance's clock: the wall clock, shifted by CLOCK_SKEW. It
@@ -227,9 +237,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			Addr:    r.str("METRICS_ADDR", ""),
 		},
 		Limits: Limits{
-			RatePerSecond: r.float("RATE_LIMIT_PER_SECOND", 100),
-			Burst:         r.int("RATE_LIMIT_BURST", 200, 0, 1000000),
+			RatePerSecond:  r.float("RATE_LIMIT_PER_SECOND", 100),
+			Burst:          r.int("RATE_LIMIT_BURST", 200, 0, 1000000),
+			RedisURL:       Secret(r.str("REDIS_URL", "")),
+			RedisKeyPrefix: r.str("REDIS_KEY_PREFIX", "oncepay:"),
 		},
+		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
 	}
@@ -283,6 +296,18 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if c.Limits.RatePerSecond < 0 {
 		r.fail("RATE_LIMIT_PER_SECOND", "must not be negative")
 	}
+	if u := c.Limits.RedisURL.Reveal(); u != "" {
+		// The value is a secret (it may hold a password): never echoed.
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
+			r.fail("REDIS_URL", "must be a redis:// or rediss:// URL with a host")
+		}
+	}
+	if !printable(c.Limits.RedisKeyPrefix, 64) {
+		r.fail("REDIS_KEY_PREFIX", "must be 1 to 64 printable ASCII characters")
+	}
+	if !printable(c.Instance, 64) {
+		r.fail("INSTANCE_ID", "must be 1 to 64 printable ASCII characters")
+	}
 
 	// Secrets: production must be given them; development makes them once.
 	if c.Production() {
@@ -317,6 +342,29 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		c.Secrets.MasterKey = key
 	}
 	return c, r.err()
+}
+
+// hostname is the default INSTANCE_ID: the machine's name, or "gateway"
+// when it has none.
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "gateway"
+}
+
+// printable reports whether s is 1 to n printable ASCII characters, no
+// spaces.
+func printable(s string, n int) bool {
+	if s == "" || len(s) > n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeKey accepts 32 bytes as 64 hex characters or standard/URL base64.

@@ -38,6 +38,10 @@ func TestDefaults(t *testing.T) {
 	require.False(t, c.Database.Postgres())
 	require.Equal(t, filepath.Join(c.DataDir, "gateway.db"), c.DatabaseURL())
 	require.Equal(t, "text", c.Log.Format)
+	host, _ := os.Hostname()
+	require.Equal(t, host, c.Instance, "INSTANCE_ID defaults to the hostname")
+	require.Empty(t, c.Limits.RedisURL, "no Redis: limits in memory")
+	require.Equal(t, "oncepay:", c.Limits.RedisKeyPrefix)
 }
 
 func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
@@ -101,6 +105,9 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"BadBool", map[string]string{"METRICS_ENABLED": "maybe"}, "METRICS_ENABLED"},
 		{"BadInt", map[string]string{"SWEEP_BATCH": "0"}, "SWEEP_BATCH"},
 		{"BadLogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{"BadRedisURL", map[string]string{"REDIS_URL": "http://u:hunter2@redis"}, "REDIS_URL must be a redis://"},
+		{"BadInstanceID", map[string]string{"INSTANCE_ID": "gw 1"}, "INSTANCE_ID"},
+		{"BadRedisPrefix", map[string]string{"REDIS_KEY_PREFIX": "a b"}, "REDIS_KEY_PREFIX"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,11 +122,13 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 
 func TestSecretsNeverPrint(t *testing.T) {
 	t.Parallel()
-	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "postgres://u:hunter2pass@db/x"}))
+	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "postgres://u:hunter2pass@db/x",
+		"REDIS_URL": "redis://:hunter2redis@cache:6379/0"}))
 	require.NoError(t, err)
+	require.Equal(t, "redis://:hunter2redis@cache:6379/0", c.Limits.RedisURL.Reveal())
 	out := fmt.Sprintf("%v %+v %#v", c, c, c)
 	require.NotContains(t, out, fmt.Sprint([]byte(c.Secrets.MasterKey)))
-	for _, s := range []string{c.Secrets.AdminAPIKey.Reveal(), c.Secrets.JWTSecret.Reveal(), "hunter2pass"} {
+	for _, s := range []string{c.Secrets.AdminAPIKey.Reveal(), c.Secrets.JWTSecret.Reveal(), "hunter2pass", "hunter2redis"} {
 		require.False(t, strings.Contains(out, s), "secret printed")
 	}
 }

@@ -708,7 +708,7 @@ const docTemplate = `{
         },
         "/readyz": {
             "get": {
-                "description": "The gateway can serve traffic: its database answers.",
+                "description": "The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate\nlimiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this\ninstance's memory), so the answer is 200 with status \"degraded\", not a 503.",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -722,7 +722,7 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/HealthStatus"
+                            "$ref": "#/definitions/Readiness"
                         }
                     },
                     "503": {
@@ -2546,6 +2546,41 @@ const docTemplate = `{
                 "type": {
                     "type": "string",
                     "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
+        "Readiness": {
+            "type": "object",
+            "required": [
+                "database",
+                "status"
+            ],
+            "properties": {
+                "database": {
+                    "description": "Database is the database's state; without it the answer is a 503.",
+                    "type": "string",
+                    "enum": [
+                        "ok"
+                    ],
+                    "example": "ok"
+                },
+                "redis": {
+                    "description": "Redis is the rate limiter's Redis (only when REDIS_URL is set):\nunreachable means limits are kept in this instance's memory until it\nanswers.",
+                    "type": "string",
+                    "enum": [
+                        "ok",
+                        "unreachable"
+                    ],
+                    "example": "ok"
+                },
+                "status": {
+                    "description": "Status is ok, or degraded while an optional dependency (Redis) does\nnot answer: the gateway still serves, so a load balancer keeps it.",
+                    "type": "string",
+                    "enum": [
+                        "ok",
+                        "degraded"
+                    ],
+                    "example": "ok"
                 }
             }
         },

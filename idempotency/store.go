@@ -158,6 +158,12 @@ type StaleParams struct {
 	LapsedBefore time.Time
 	// Limit caps the number of keys returned; zero or less means 100.
 	Limit int
+	// MerchantID restricts Stale to one merchant's keys, so every
+	// statement (and its row locks) touches one shard of a table sharded
+	// by merchant; the sweeper always sets it, from StaleMerchants. Empty
+	// means across merchants, which only a single PostgreSQL can run
+	// with SKIP LOCKED (Citus refuses it across shards).
+	MerchantID string
 }
 
 // Store keeps idempotency keys in the database. Every method on a key
@@ -593,13 +599,32 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	return &rec, nil
 }
 
-// Stale lists, oldest attempt first and across merchants (it is the
-// sweeper's query), keys still in progress whose last attempt is at least
-// p.StaleAfter old and whose lease ended before p.LapsedBefore, both by the
-// database's clock. On PostgreSQL the rows are locked FOR UPDATE SKIP
-// LOCKED, so run it in a transaction: concurrent sweepers get disjoint sets
-// and keep their rows until they commit. SQLite has a single writer and no
-// row locks, so there the clause is left out.
+// StaleMerchants lists the merchants that have keys Stale would return
+// (p.MerchantID and p.Limit aside), the one with the oldest such attempt
+// first. It is the sweeper's only statement across merchants: a read that
+// takes no locks (on a table sharded by merchant, a multi-shard SELECT);
+// the locking is Stale's, one merchant at a time. It reads the partial
+// index of open keys.
+func (s *Store) StaleMerchants(ctx context.Context, p StaleParams) ([]string, error) {
+	db := s.exec(ctx, nil)
+	var out []string
+	err := db.Raw(`SELECT merchant_id FROM idempotency_keys
+WHERE completed_at IS NULL AND status = ? AND attempted_at < ? AND locked_until < ?
+GROUP BY merchant_id ORDER BY min(attempted_at), merchant_id`,
+		StatusInProgress, dbclock.Minus(db, p.StaleAfter), p.LapsedBefore.UTC()).Scan(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: stale merchants: %w", err)
+	}
+	return out, nil
+}
+
+// Stale lists, oldest attempt first, keys of p.MerchantID (or of every
+// merchant, when empty: see StaleParams) still in progress whose last
+// attempt is at least p.StaleAfter old and whose lease ended before
+// p.LapsedBefore, both by the database's clock. On PostgreSQL the rows are
+// locked FOR UPDATE SKIP LOCKED, so run it in a transaction: concurrent
+// sweepers get disjoint sets and keep their rows until they commit. SQLite
+// has a single writer and no row locks, so there the clause is left out.
 func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -610,6 +635,9 @@ func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
 	}
 	var recs []Record
+	if p.MerchantID != "" {
+		q = q.Where("merchant_id = ?", p.MerchantID)
+	}
 	// completed_at IS NULL selects the partial index of open keys.
 	err := q.Where("completed_at IS NULL AND status = ? AND attempted_at < ? AND locked_until < ?",
 		StatusInProgress, dbclock.Minus(q, p.StaleAfter), p.LapsedBefore.UTC()).
@@ -623,26 +651,48 @@ func (s *Store) Stale(ctx context.Context, tx *gorm.DB, p StaleParams) ([]Record
 }
 
 // PurgeDone deletes done keys completed at least ttl ago (by the
-// database's clock), across merchants, at most batch rows per statement
+// database's clock), merchant by merchant, at most batch rows per statement
 // (zero or less means 1000) so no statement holds many locks or a long
-// transaction; it loops until a statement deletes fewer than batch rows. A
-// key in progress is never deleted. The payment keeps the request's
-// fingerprint, so the ledger still knows what was asked.
+// transaction; for each merchant it loops until a statement deletes fewer
+// than batch rows. A key in progress is never deleted. The payment keeps
+// the request's fingerprint, so the ledger still knows what was asked.
+//
+// One unlocked read finds the merchants with keys to purge (the keys it
+// reads are the ones about to go); every DELETE then names one merchant,
+// so on a table sharded by merchant it touches one shard.
 func (s *Store) PurgeDone(ctx context.Context, ttl time.Duration, batch int) (deleted int64, err error) {
 	if batch <= 0 {
 		batch = 1000
 	}
+	db := s.exec(ctx, nil)
+	var merchants []string
+	if err := db.Raw("SELECT DISTINCT merchant_id FROM idempotency_keys WHERE status = ? AND completed_at < ?",
+		StatusDone, dbclock.Minus(db, ttl)).Scan(&merchants).Error; err != nil {
+		return 0, fmt.Errorf("idempotency: purge: %w", err)
+	}
+	for _, m := range merchants {
+		n, err := s.purgeMerchant(ctx, m, ttl, batch)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
+// purgeMerchant is PurgeDone for one merchant.
+func (s *Store) purgeMerchant(ctx context.Context, merchantID string, ttl time.Duration, batch int) (deleted int64, err error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return deleted, err
 		}
 		db := s.exec(ctx, nil)
-		victims := db.Model(&Record{}).Select("merchant_id, key").
-			Where("status = ? AND completed_at < ?", StatusDone, dbclock.Minus(db, ttl)).
+		victims := db.Model(&Record{}).Select("key").
+			Where("merchant_id = ? AND status = ? AND completed_at < ?", merchantID, StatusDone, dbclock.Minus(db, ttl)).
 			Order("completed_at").Limit(batch)
-		// Row values in IN need SQLite ≥ 3.15; the status test is repeated
-		// outside the subquery so a row can never be deleted unless done.
-		res := db.Where("status = ? AND (merchant_id, key) IN (?)", StatusDone, victims).Delete(&Record{})
+		// The status test is repeated outside the subquery so a row can
+		// never be deleted unless done.
+		res := db.Where("merchant_id = ? AND status = ? AND key IN (?)", merchantID, StatusDone, victims).Delete(&Record{})
 		if res.Error != nil {
 			return deleted, fmt.Errorf("idempotency: purge: %w", res.Error)
 		}

@@ -105,7 +105,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	}
 	before := p.View()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ok, err := s.store.Finish(ctx, tx, p.ID, f)
+		ok, err := s.store.Finish(ctx, tx, p.MerchantID, p.ID, f)
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,8 @@ func (s *Store) Search(ctx context.Context, p SearchParams) ([]Payment, error) {
 }
 
 // getAny returns the payment with this id, whoever's it is (the operator
-// desk).
+// desk). On a table sharded by merchant it is the one multi-shard read by
+// id, and it is never on a merchant's path.
 func (s *Store) getAny(ctx context.Context, id string) (Payment, error) {
 	var p Payment
 	err := s.exec(ctx, nil).Where("id = ?", id).Take(&p).Error

@@ -37,7 +37,7 @@ func TestFinish(t *testing.T) {
 		{
 			name: "SettledFirstAnswersTheLedger",
 			before: func(t *testing.T, s *Service, _ idempotency.Claim, p *Payment) {
-				ok, err := s.store.Finish(context.Background(), nil, p.ID,
+				ok, err := s.store.Finish(context.Background(), nil, p.MerchantID, p.ID,
 					finishParams{Status: StatusSucceeded, TransactionID: "txn_first", At: s.now()})
 				require.NoError(t, err)
 				require.True(t, ok)

@@ -482,7 +482,7 @@ func TestRecheckAndARetryAtOnce(t *testing.T) {
 // providerCalls counts the gateway's calls to the simulator for op.
 func providerCalls(t *testing.T, g *apptest.Gateway, op string) int {
 	t.Helper()
-	re := regexp.MustCompile(`^oncepay_provider_request_duration_seconds_count\{class="[a-z_]+",op="` + op + `",provider="simulator"\} (\d+)$`)
+	re := regexp.MustCompile(`^oncepay_provider_request_duration_seconds_count\{class="[a-z_]+",(?:instance="[^"]*",)?op="` + op + `",provider="simulator"\} (\d+)$`)
 	resp, err := g.Client.Get(g.URL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()

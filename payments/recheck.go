@@ -63,7 +63,7 @@ func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settl
 		if !scheduled {
 			return Pending, nil
 		}
-		ok, err := s.store.RecheckLater(ctx, p.ID, p.Attempts, after)
+		ok, err := s.store.RecheckLater(ctx, p.MerchantID, p.ID, p.Attempts, after)
 		if err == nil && !ok {
 			st = Skipped
 		}
@@ -137,7 +137,7 @@ func (s *Service) reopen(ctx context.Context, read *Payment, res providers.Resul
 				return err
 			}
 		}
-		ok, err := s.store.reopenSettled(ctx, tx, p.ID, p.Attempts, f)
+		ok, err := s.store.reopenSettled(ctx, tx, p.MerchantID, p.ID, p.Attempts, f)
 		if err != nil {
 			return err
 		}
@@ -183,7 +183,7 @@ func (s *Service) reinstate(ctx context.Context, read *Payment) (Settlement, err
 		if !ok {
 			return errSkipped
 		}
-		ok, err = s.store.reopenSettled(ctx, tx, p.ID, p.Attempts, finishParams{Status: StatusProcessing, At: s.now()})
+		ok, err = s.store.reopenSettled(ctx, tx, p.MerchantID, p.ID, p.Attempts, finishParams{Status: StatusProcessing, At: s.now()})
 		if err == nil && !ok {
 			err = errSkipped
 		}

@@ -419,7 +419,7 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	next := *p
 	f.applyTo(&next)
 	answer := Render(&next)
-	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.ID, claim.Key, f))
+	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f))
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()
@@ -435,7 +435,7 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	// Settled by someone else first (or SQLite): complete the key with the
 	// ledger's state, in one transaction.
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ok, err := s.store.Finish(ctx, tx, p.ID, f)
+		ok, err := s.store.Finish(ctx, tx, p.MerchantID, p.ID, f)
 		if err != nil {
 			return err
 		}
@@ -512,7 +512,7 @@ func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *
 		f.RecheckAfter = s.cfg.RecheckAfter
 	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if ok, err = s.store.Finish(ctx, tx, p.ID, f); err != nil || !ok {
+		if ok, err = s.store.Finish(ctx, tx, p.MerchantID, p.ID, f); err != nil || !ok {
 			return err
 		}
 		return s.keys.ReleaseTx(ctx, tx, claim)

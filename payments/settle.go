@@ -127,7 +127,7 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 			if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
 				return err
 			}
-			return s.store.MarkReview(ctx, tx, p.ID, s.now())
+			return s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, s.now())
 		})
 		if errors.Is(err, idempotency.ErrLostClaim) {
 			return Skipped, nil

@@ -13,15 +13,15 @@ import (
 	"github.com/oncepay/gateway/app/database/dbclock"
 )
 
-// Store keeps payments. Every read is scoped to a merchant. Writes address a
-// payment by its primary key alone, an id the caller got from a
-// merchant-scoped insert or read of the same request: a WHERE that also
-// names merchant_id lets the planner use a merchant-led index, and on a
-// table without statistics (every new deployment, autovacuum behind) all
-// indexes cost the same, so connections that cached such a plan scanned
-// all of the merchant's payments on every write — the bench's rate fell as
-// the table grew (plan_test.go). Methods that take tx run on it (a
-// transaction or nil for the store's pool).
+// Store keeps payments. Every read is scoped to a merchant, and every
+// write addresses a payment by its whole primary key, (merchant_id, id):
+// on a table sharded by merchant (README, "Sharding by merchant") that is
+// what routes a statement to one shard. The key being whole matters for the plan too: a
+// WHERE naming only a prefix of some index (merchant_id) once tied, on a
+// table without statistics, with the list index, and connections that
+// cached that plan scanned all of the merchant's payments on every write
+// — the bench's rate fell as the table grew (plan_test.go). Methods that
+// take tx run on it (a transaction or nil for the store's pool).
 type Store struct{ db *gorm.DB }
 
 // NewStore returns a store over db.
@@ -47,24 +47,17 @@ func interpret(op string, err error) error {
 
 // Get returns the merchant's payment with this id; another merchant's id is
 // ErrNotFound, exactly like an id that does not exist. The row is found by
-// the primary key alone and its merchant checked here, for the plan's sake
-// (see Store).
+// its primary key (see Store).
 func (s *Store) Get(ctx context.Context, merchantID, id string) (Payment, error) {
 	var p Payment
-	err := s.exec(ctx, nil).Where("id = ?", id).Take(&p).Error
-	if err == nil && p.MerchantID != merchantID {
-		return Payment{}, ErrNotFound
-	}
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND id = ?", merchantID, id).Take(&p).Error
 	return p, interpret("get", err)
 }
 
 // getTx is Get on the caller's transaction.
 func (s *Store) getTx(ctx context.Context, tx *gorm.DB, merchantID, id string) (Payment, error) {
 	var p Payment
-	err := s.exec(ctx, tx).Where("id = ?", id).Take(&p).Error
-	if err == nil && p.MerchantID != merchantID {
-		return Payment{}, ErrNotFound
-	}
+	err := s.exec(ctx, tx).Where("merchant_id = ? AND id = ?", merchantID, id).Take(&p).Error
 	return p, interpret("get", err)
 }
 
@@ -146,7 +139,7 @@ func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserte
 // moved on.
 func (s *Store) Reopen(ctx context.Context, tx *gorm.DB, p *Payment, from Status, fromCode string) error {
 	res := s.exec(ctx, tx).Model(&Payment{}).
-		Where("id = ? AND status = ? AND failure_code = ?", p.ID, from, fromCode).
+		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code = ?", p.MerchantID, p.ID, from, fromCode).
 		Updates(map[string]any{
 			"amount": p.Amount, "currency": p.Currency, "email": p.Email,
 			"payment_method": p.PaymentMethod, "description": p.Description,
@@ -188,7 +181,7 @@ func (f finishParams) applyTo(p *Payment) {
 // Finish moves a payment that is still open (processing or under review)
 // to a new state. The condition makes concurrent settlers (owner, sweeper,
 // webhook) harmless: a payment already final is left alone and ok is false.
-func (s *Store) Finish(ctx context.Context, tx *gorm.DB, id string, f finishParams) (ok bool, err error) {
+func (s *Store) Finish(ctx context.Context, tx *gorm.DB, merchantID, id string, f finishParams) (ok bool, err error) {
 	values := map[string]any{
 		"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage,
 		"updated_at": f.At,
@@ -201,7 +194,7 @@ func (s *Store) Finish(ctx context.Context, tx *gorm.DB, id string, f finishPara
 		values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
 	}
 	res := db.Model(&Payment{}).
-		Where("id = ? AND status IN ?", id,
+		Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
 			[]Status{StatusProcessing, StatusRequiresReview}).
 		Updates(values)
 	if res.Error != nil {
@@ -215,15 +208,15 @@ func (s *Store) Finish(ctx context.Context, tx *gorm.DB, id string, f finishPara
 // owns its key (the CTE named claim), so the payment's final state and the
 // key's stored answer are one statement. The payment must be the claim's:
 // its idempotency key is checked too.
-func finishClaimed(id, key string, f finishParams) clause.Expr {
+func finishClaimed(merchantID, id, key string, f finishParams) clause.Expr {
 	return clause.Expr{SQL: `UPDATE payments
   SET status = ?, failure_code = ?, failure_message = ?, updated_at = ?,
       provider_transaction_id = CASE WHEN ?::text = '' THEN provider_transaction_id ELSE ? END
-  WHERE id = ? AND idempotency_key = ? AND status IN (?, ?) AND EXISTS (SELECT 1 FROM claim)
+  WHERE merchant_id = ? AND id = ? AND idempotency_key = ? AND status IN (?, ?) AND EXISTS (SELECT 1 FROM claim)
   RETURNING 1`, Vars: []any{
 		f.Status, f.FailureCode, f.FailureMessage, f.At,
 		f.TransactionID, f.TransactionID,
-		id, key, StatusProcessing, StatusRequiresReview,
+		merchantID, id, key, StatusProcessing, StatusRequiresReview,
 	}}
 }
 
@@ -289,7 +282,7 @@ func (s *Store) List(ctx context.Context, merchantID string, p ListParams) ([]Pa
 // ends its recheck; ok is false, with nothing written, when the payment is
 // no longer in that state, or no longer at that attempt (a retry re-opened
 // it, or another settler was first).
-func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, attempts int, f finishParams) (ok bool, err error) {
+func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, merchantID, id string, attempts int, f finishParams) (ok bool, err error) {
 	values := map[string]any{
 		"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage,
 		"recheck_at": nil, "updated_at": f.At,
@@ -298,7 +291,7 @@ func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, attem
 		values["provider_transaction_id"] = f.TransactionID
 	}
 	res := s.exec(ctx, tx).Model(&Payment{}).
-		Where("id = ? AND status = ? AND failure_code IN ? AND attempts = ?", id, StatusFailed, retryableCodes, attempts).
+		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code IN ? AND attempts = ?", merchantID, id, StatusFailed, retryableCodes, attempts).
 		Updates(values)
 	if res.Error != nil {
 		return false, interpret("reopen settled", res.Error)
@@ -310,31 +303,60 @@ func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, id string, attem
 // moves their recheck lease forward so no other sweeper takes them
 // meanwhile: selected FOR UPDATE SKIP LOCKED on PostgreSQL (disjoint sets
 // for concurrent sweepers) and pushed out by lease in the same transaction.
-// Across merchants: it is the sweeper's query.
+//
+// It works merchant by merchant: one unlocked read finds the merchants
+// with a recheck due (dueRecheckMerchants), then each merchant's payments
+// are taken in a transaction of their own whose statements all name that
+// merchant, so on a table sharded by merchant each touches one shard (and
+// Citus allows SKIP LOCKED only there).
 func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration) ([]Payment, error) {
+	var merchants []string
+	db := s.exec(ctx, nil)
+	if err := db.Raw(dueRecheckMerchants, dbclock.Now(db), limit).Scan(&merchants).Error; err != nil {
+		return nil, interpret("due rechecks", err)
+	}
 	var out []Payment
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		q := tx
-		if tx.Dialector.Name() == "postgres" {
-			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+	for _, m := range merchants {
+		if len(out) >= limit {
+			break
 		}
-		if err := q.Select("*, ? AS age_seconds", dbclock.SecondsSince(tx, "created_at")).
-			Where("recheck_at IS NOT NULL AND recheck_at < ?", dbclock.Now(tx)).
-			Order("recheck_at, id").Limit(limit).Find(&out).Error; err != nil {
-			return err
+		var due []Payment
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			q := tx
+			if tx.Dialector.Name() == "postgres" {
+				q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+			}
+			if err := q.Select("*, ? AS age_seconds", dbclock.SecondsSince(tx, "created_at")).
+				Where("merchant_id = ? AND recheck_at IS NOT NULL AND recheck_at < ?", m, dbclock.Now(tx)).
+				Order("recheck_at, id").Limit(limit - len(out)).Find(&due).Error; err != nil {
+				return err
+			}
+			if len(due) == 0 {
+				return nil
+			}
+			ids := make([]string, len(due))
+			for i := range due {
+				ids[i] = due[i].ID
+			}
+			return tx.Model(&Payment{}).Where("merchant_id = ? AND id IN ?", m, ids).
+				Update("recheck_at", dbclock.Plus(tx, lease)).Error
+		})
+		if err != nil {
+			return out, interpret("due rechecks", err)
 		}
-		if len(out) == 0 {
-			return nil
-		}
-		ids := make([]string, len(out))
-		for i := range out {
-			ids[i] = out[i].ID
-		}
-		return tx.Model(&Payment{}).Where("id IN ?", ids).
-			Update("recheck_at", dbclock.Plus(tx, lease)).Error
-	})
-	return out, interpret("due rechecks", err)
+		out = append(out, due...)
+	}
+	return out, nil
 }
+
+// dueRecheckMerchants lists the merchants with a recheck due, oldest due
+// first, at most the batch's size of them. It is the one statement of the
+// recheck that spans merchants: a read without locks (on a sharded table, a
+// multi-shard SELECT, which Citus runs as such); the locking happens per
+// merchant. It reads the partial index of payments awaiting a recheck.
+const dueRecheckMerchants = `SELECT merchant_id FROM payments
+WHERE recheck_at IS NOT NULL AND recheck_at < ?
+GROUP BY merchant_id ORDER BY min(recheck_at) LIMIT ?`
 
 // RecheckLater sets when a payment released as never charged is looked up
 // again (the database's time + after), or ends its recheck (after <= 0):
@@ -343,21 +365,21 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 // made: ok is false when the payment is no longer awaiting that recheck
 // (a retry re-opened it meanwhile, and may have sent a charge the lookup
 // could not have seen).
-func (s *Store) RecheckLater(ctx context.Context, id string, attempts int, after time.Duration) (ok bool, err error) {
+func (s *Store) RecheckLater(ctx context.Context, merchantID, id string, attempts int, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
 	res := s.exec(ctx, nil).Model(&Payment{}).
-		Where("id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", id, StatusFailed, attempts).
+		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", merchantID, id, StatusFailed, attempts).
 		Update("recheck_at", at)
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
 
 // MarkReview flags a payment still processing for a human.
-func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, id string, at time.Time) error {
+func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) error {
 	err := s.exec(ctx, tx).Model(&Payment{}).
-		Where("id = ? AND status = ?", id, StatusProcessing).
+		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, StatusProcessing).
 		Updates(map[string]any{"status": StatusRequiresReview, "updated_at": at}).Error
 	return interpret("mark review", err)
 }

@@ -22,9 +22,14 @@
 // Every SWEEP_INTERVAL a run takes the keys that are in_progress, whose
 // last attempt (the claim, or a retry's takeover that re-sent the charge —
 // never the key's creation) is more than SWEEP_STALE_AFTER old, and whose
-// lease lapsed, in batches of SWEEP_BATCH, until a batch comes back short
-// or the context ends; then it rechecks (below). Every time involved is
-// compared in SQL with the database's clock. For each key, one at a time:
+// lease lapsed, merchant by merchant (StaleMerchants, one lock-free read,
+// names the merchants that have such keys, oldest first), in batches of
+// SWEEP_BATCH per merchant until a batch comes back short, or until the
+// context ends; then it rechecks (below). Every statement after that read
+// names one merchant, so on a database sharded by merchant (Citus) each
+// touches one shard, which is where Citus allows SKIP LOCKED. Every time
+// involved is compared in SQL with the database's clock. For each key, one
+// at a time:
 //
 //	step                 statement                                 on loss
 //	select candidates    Stale: SELECT … FOR UPDATE SKIP LOCKED,   (rows locked by
@@ -87,10 +92,10 @@
 //
 // A "not found" long after the last attempt is still only the provider's
 // view at one moment: a charge it had queued can land later. So after the
-// keys, a run takes the payments whose recheck_at has passed (DueRechecks:
-// SELECT … FOR UPDATE SKIP LOCKED, and recheck_at pushed out by a lease in
-// the same transaction, so one sweeper owns each) and looks each up once
-// more:
+// keys, a run takes the payments whose recheck_at has passed (DueRechecks,
+// merchant by merchant like the sweep: SELECT … FOR UPDATE SKIP LOCKED, and
+// recheck_at pushed out by a lease in the same transaction, so one sweeper
+// owns each) and looks each up once more:
 //
 //	Lookup says          payment                          key                     counted
 //	succeeded / failed   re-opened to it, recheck ended   re-created done with    Reopened

@@ -32,8 +32,9 @@ func NewSweeper(cfg Config) *Sweeper {
 
 type keyID struct{ merchant, key string }
 
-// RunOnce sweeps until a batch of candidates comes back short, or ctx ends,
-// then rechecks the payments whose recheck is due.
+// RunOnce sweeps merchant by merchant — the merchants with stale keys,
+// oldest first, each until a batch of its candidates comes back short — or
+// until ctx ends, then rechecks the payments whose recheck is due.
 //
 // Candidates are in-progress keys whose last attempt is StaleAfter old and
 // whose lease lapsed before the run began, both by the database's clock: a
@@ -53,19 +54,37 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 		return c, err
 	}
 	params := idempotency.StaleParams{StaleAfter: s.cfg.StaleAfter, LapsedBefore: began, Limit: s.cfg.SweepBatch}
+	merchants, err := s.cfg.Keys.StaleMerchants(ctx, params)
+	if err != nil {
+		return c, err
+	}
 	seen := make(map[keyID]struct{})
+	for _, m := range merchants {
+		params.MerchantID = m
+		if err := s.sweepMerchant(ctx, params, seen, &c); err != nil {
+			return c, err
+		}
+	}
+	return c, s.recheck(ctx, &c)
+}
+
+// sweepMerchant works one merchant's candidates, a batch at a time, until
+// a batch comes back short or brings nothing new. Every statement names
+// the merchant, so on a database sharded by merchant each touches one
+// shard (Citus runs SKIP LOCKED only there).
+func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StaleParams, seen map[keyID]struct{}, c *Counts) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return c, err
+			return err
 		}
 		batch, err := s.candidates(ctx, params)
 		if err != nil {
-			return c, err
+			return err
 		}
 		fresh := 0
 		for _, rec := range batch {
 			if err := ctx.Err(); err != nil {
-				return c, err
+				return err
 			}
 			id := keyID{rec.MerchantID, rec.Key}
 			if _, dup := seen[id]; dup {
@@ -73,13 +92,12 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 			}
 			seen[id] = struct{}{}
 			fresh++
-			s.work(ctx, rec, &c)
+			s.work(ctx, rec, c)
 		}
 		if len(batch) < s.cfg.SweepBatch || fresh == 0 {
-			break
+			return nil
 		}
 	}
-	return c, s.recheck(ctx, &c)
 }
 
 // recheck looks up, once more, the payments released as never charged

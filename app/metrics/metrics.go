@@ -53,6 +53,12 @@ type Options struct {
 	DBName string
 	// Providers are the provider names whose error series start at zero.
 	Providers []string
+	// Instance, when set, is the instance label of every series
+	// (INSTANCE_ID, or the hostname), so the series of several gateways
+	// behind one load balancer stay apart wherever they are collected.
+	Instance string
+	// SharedLimits adds the series of the Redis rate limiter (REDIS_URL).
+	SharedLimits bool
 }
 
 // Metrics holds one gateway's collectors.
@@ -73,13 +79,20 @@ type Metrics struct {
 	jobDuration *prometheus.HistogramVec
 	jobFailures *prometheus.CounterVec
 	jobLastRun  *prometheus.GaugeVec
+
+	limitDecisions *prometheus.CounterVec
+	limitRedisUp   prometheus.Gauge
 }
 
 // New builds the collectors on a fresh registry, with the Go runtime,
 // process and (if opt.DB is set) database pool collectors.
 func New(opt Options) *Metrics {
 	reg := prometheus.NewRegistry()
-	f := func(c prometheus.Collector) prometheus.Collector { reg.MustRegister(c); return c }
+	var r prometheus.Registerer = reg
+	if opt.Instance != "" {
+		r = prometheus.WrapRegistererWith(prometheus.Labels{"instance": opt.Instance}, reg)
+	}
+	f := func(c prometheus.Collector) prometheus.Collector { r.MustRegister(c); return c }
 	m := &Metrics{reg: reg}
 
 	m.httpRequests = f(prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -149,7 +162,20 @@ func New(opt Options) *Metrics {
 		}
 	}
 
-	reg.MustRegister(
+	if opt.SharedLimits {
+		m.limitDecisions = f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "ratelimit", Name: "decisions_total",
+			Help: "Rate-limit decisions, by backend: redis (shared by every instance) or memory (this instance's, while Redis does not answer).",
+		}, []string{"backend"})).(*prometheus.CounterVec)
+		m.limitDecisions.WithLabelValues("redis")
+		m.limitDecisions.WithLabelValues("memory")
+		m.limitRedisUp = f(prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "ratelimit", Name: "redis_up",
+			Help: "1 when the last call to the rate limiter's Redis was answered, 0 while limits fall back to this instance's memory.",
+		})).(prometheus.Gauge)
+	}
+
+	r.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -159,7 +185,7 @@ func New(opt Options) *Metrics {
 			name = "gateway"
 		}
 		// oncepay_go_sql_open_connections{db_name="gateway"}, …
-		prometheus.WrapRegistererWithPrefix(Namespace+"_", reg).
+		prometheus.WrapRegistererWithPrefix(Namespace+"_", r).
 			MustRegister(collectors.NewDBStatsCollector(opt.DB, name))
 	}
 	return m
@@ -231,6 +257,26 @@ func methodLabel(m string) string {
 		}
 	}
 	return "OTHER"
+}
+
+// ObserveRateLimit counts one rate-limit decision by backend
+// (ratelimit.SharedConfig.Observe); a no-op without SharedLimits.
+func (m *Metrics) ObserveRateLimit(backend string) {
+	if m.limitDecisions != nil {
+		m.limitDecisions.WithLabelValues(backend).Inc()
+	}
+}
+
+// SetRateLimitRedisUp records whether the limiter's Redis answered
+// (ratelimit.SharedConfig.Up); a no-op without SharedLimits.
+func (m *Metrics) SetRateLimitRedisUp(up bool) {
+	if m.limitRedisUp != nil {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		m.limitRedisUp.Set(v)
+	}
 }
 
 // ObserveIdempotency counts one idempotency outcome (idempotency.Config.Observe).

@@ -2,13 +2,11 @@
 // merchant routes) with a token bucket per key: Rate tokens a second, up to
 // Burst saved.
 //
-// The buckets are in-process, one set per gateway instance: N instances
-// behind a load balancer admit up to N times the configured rate for a
-// merchant (less when the balancer spreads a merchant's connections
-// unevenly). That is deliberate: the limit protects each instance and the
-// shared database from one merchant's burst, and costs no round trip on
-// the hot path. A cluster-wide quota would need a shared store and is not
-// what this is.
+// A Limiter's buckets are in-process, one set per gateway instance: N
+// instances behind a load balancer admit up to N times the configured rate
+// for a merchant. With REDIS_URL the gateway uses Shared instead: one GCRA
+// state per merchant in Redis, shared by every instance, with a Limiter as
+// its fallback while Redis does not answer (shared.go).
 //
 // Memory is bounded: a bucket left idle long enough to refill completely is
 // indistinguishable from a new one, so it is forgotten (IdleAfter), and at
@@ -166,12 +164,17 @@ func (l *Limiter) sweep(now time.Time) {
 // is answered 429 rate_limited with Retry-After in whole seconds, at least
 // 1, before any later handler (an idempotency claim included) runs.
 func (l *Limiter) Middleware(key func(c *fiber.Ctx) string) fiber.Handler {
+	return Middleware(l, key)
+}
+
+// Middleware is Limiter.Middleware for any Taker (a Shared limiter).
+func Middleware(t Taker, key func(c *fiber.Ctx) string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		k := key(c)
 		if k == "" {
 			return c.Next()
 		}
-		ok, wait := l.Allow(k)
+		ok, wait := t.Take(c.UserContext(), k)
 		if ok {
 			return c.Next()
 		}

@@ -71,7 +71,14 @@ type report struct {
 	// The patient apps that waited after a 202, and how many of them got a
 	// replay when they came back.
 	patientWaited, patientReplayed int
-	violations                     []string
+	// Answers across instances: every final answer a client got for a
+	// key, by the instance that sent it; keys whose final answers were
+	// not all byte-identical (differing); keys answered by two or more
+	// instances (so the comparison compared something).
+	answersBy                   map[string]int
+	finalAnswers, differing     int
+	multiInstance, unattributed int
+	violations                  []string
 }
 
 func (r *report) fail(format string, args ...any) {
@@ -111,8 +118,8 @@ func (a answerView) payment() (id, status string) {
 // An abandoned app's payment may also end failed / not_processed with its
 // key released, when the provider has nothing under its reference (the
 // app gave up on a 202 for a charge that never reached the provider).
-func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*merchant, pays []*payment, gatewayLog string) (*report, error) {
-	r := &report{chargesPerPayment: map[int]int{}}
+func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*merchant, pays []*payment, gatewayLogs []string) (*report, error) {
+	r := &report{chargesPerPayment: map[int]int{}, answersBy: map[string]int{}}
 	resp, err := http.Get(provURL + "/_charges")
 	if err != nil {
 		return nil, fmt.Errorf("provider audit: %w", err)
@@ -137,9 +144,11 @@ func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*mer
 			}
 		}
 	}
-	reopened, err := reopenedPayments(gatewayLog)
-	if err != nil {
-		return nil, err
+	reopened := map[string]bool{}
+	for _, path := range gatewayLogs {
+		if err := reopenedPayments(path, reopened); err != nil {
+			return nil, err
+		}
 	}
 
 	rows, err := conn.Query(ctx, `SELECT p.merchant_id, p.idempotency_key, p.id, p.status, p.failure_code,
@@ -243,6 +252,28 @@ func audit(ctx context.Context, conn *pgx.Conn, provURL string, merchants []*mer
 			}
 		}
 		emails[p.email] = true
+		// Every final answer for the key, from whichever instance sent
+		// it, must be the same bytes: an instance that answered a key
+		// otherwise than another would be a split brain.
+		by := map[string]bool{}
+		for i, a := range p.answers {
+			r.finalAnswers++
+			r.answersBy[a.instance]++
+			if a.instance == "" {
+				r.unattributed++
+			}
+			by[a.instance] = true
+			if i > 0 && (a.status != p.answers[0].status || !bytes.Equal(a.body, p.answers[0].body)) {
+				r.differing++
+				r.fail("%s: answers differ between instances: %s said %d (%d bytes) %.100s, %s said %d (%d bytes) %.100s",
+					p.key, p.answers[0].instance, p.answers[0].status, len(p.answers[0].body), p.answers[0].body,
+					a.instance, a.status, len(a.body), a.body)
+				break
+			}
+		}
+		if len(by) > 1 {
+			r.multiInstance++
+		}
 		charges := pv.Customers[p.email].Charges
 		r.chargesPerPayment[charges]++
 		if p.problem != "" {
@@ -362,16 +393,15 @@ func (p *payment) behaviour() string {
 	return "retrying"
 }
 
-// reopenedPayments reads the gateway's JSON log (all its runs) for the
-// payments it re-opened: released as not_processed, then found charged by
+// reopenedPayments reads one instance's JSON log (all its runs) into out:
+// the payments it re-opened: released as not_processed, then found charged by
 // the recheck or a webhook ("payment re-opened: …", payments/recheck.go).
-func reopenedPayments(path string) (map[string]bool, error) {
+func reopenedPayments(path string, out map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	out := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -387,7 +417,7 @@ func reopenedPayments(path string) (map[string]bool, error) {
 			out[e.PaymentID] = true
 		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 func timeOrNil(t *time.Time) string {
@@ -404,7 +434,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func (r *report) print(o options, kills, pgRestarts int, px *proxy) {
+func (r *report) print(o options, instances []*instance, killed map[string]int, kills, pgRestarts int, px *proxy) {
 	form := "short"
 	if o.long {
 		form = "long"
@@ -420,7 +450,20 @@ func (r *report) print(o options, kills, pgRestarts int, px *proxy) {
 		r.succeeded, r.failed, r.failedDeclined, r.failedNeverCharged, charged)
 	fmt.Printf("| client requests | %d (%.2f per payment; %d payments needed a retry; %d final answers were replays) |\n",
 		r.attempts, float64(r.attempts)/float64(max(1, r.payments)), r.multiAttempt, r.replayedFinal)
-	fmt.Printf("| faults | %d gateway SIGKILLs, %d PostgreSQL restarts, %d answers dropped by the proxy, %d requests hit a dead gateway |\n",
+	var names []string
+	for _, in := range instances {
+		n := fmt.Sprintf("%s (%d final answers, %d kills", in.name, r.answersBy[in.name], killed[in.name])
+		if in.skew != "" {
+			n += ", clock " + in.skew
+		}
+		names = append(names, n+")")
+	}
+	redis := "Redis " + o.redis
+	if o.redis == "" {
+		redis = "in-memory limits"
+	}
+	fmt.Printf("| instances behind HAProxy (round-robin, /readyz checks; %s) | %s |\n", redis, strings.Join(names, ", "))
+	fmt.Printf("| faults | %d instance SIGKILLs (one at a time), %d PostgreSQL restarts, %d answers dropped by the proxy, %d requests found no instance (502/503) |\n",
 		kills, pgRestarts, px.dropped.Load(), px.failed.Load())
 	fmt.Printf("| provider | %d charge requests reached it (latency ≤%s, %.0f%% 5xx, %.0f%% cut after charging), %d charges made |\n",
 		r.providerRequests, o.provLatency, 100*o.provFail, 100*o.provCut, r.providerCharges)
@@ -435,6 +478,9 @@ func (r *report) print(o options, kills, pgRestarts int, px *proxy) {
 	fmt.Printf("| payments with no final state | %d |\n", r.noFinalState)
 	fmt.Printf("| keys still in progress | %d |\n", r.keysInProgress)
 	fmt.Printf("| ledger / stored answer / client answer / provider mismatches | %d |\n", r.mismatches)
+	fmt.Printf("| final answers compared across instances | %d (%d keys answered by 2+ instances; %d without an instance header) |\n",
+		r.finalAnswers, r.multiInstance, r.unattributed)
+	fmt.Printf("| answers that differ between instances for the same key | %d |\n", r.differing)
 	fmt.Printf("| charged at the provider but not succeeded in the ledger (charged-but-failed) | %d |\n", r.chargedButFailed)
 	fmt.Printf("| violations | %d |\n", len(r.violations))
 }

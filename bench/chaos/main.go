@@ -1,10 +1,14 @@
 // Command chaos is the gateway's fault-injection run (`make chaos`).
 //
-// Several merchants make thousands of payments through the real gateway
-// binary while everything that can fail does:
+// Several merchants make thousands of payments through three instances of
+// the real gateway binary behind a real load balancer (HAProxy, started
+// here with a generated configuration: round-robin, health checks on
+// /readyz), all on one database and sharing their rate limits in Redis,
+// one of them with its clock 90 s ahead (CLOCK_SKEW), while everything
+// that can fail does:
 //
-//   - a proxy between the clients and the gateway cuts a share of the
-//     connections after the gateway has answered (the answer is lost);
+//   - a proxy between the clients and the load balancer cuts a share of
+//     the connections after the gateway has answered (the answer is lost);
 //   - the provider (bench/fakeprovider, a separate Paystack-compatible
 //     process) adds latency, answers some requests 5xx, cuts some
 //     connections after storing the charge, and lets some charges land
@@ -12,8 +16,9 @@
 //     seconds — long enough for the sweeper to release the key as
 //     not_processed, so only the gateway's recheck (RECHECK_AFTER) or a
 //     retry can find the charge;
-//   - the gateway is SIGKILLed and restarted several times mid-traffic, on
-//     the same database, with a short lease, stale age and sweep interval;
+//   - the instances are SIGKILLed and restarted, one at a time while the
+//     others serve, on the same database, with a short lease, stale age
+//     and sweep interval;
 //   - PostgreSQL itself is restarted once, under the running gateway.
 //
 // Each client retries one payment with the same key and the byte-identical
@@ -24,7 +29,10 @@
 // settle its payment. When every client is done, the run waits (bounded)
 // for the sweeper and the pending rechecks and audits the ledger, the
 // stored answers, the clients' answers and the provider's charges against
-// each other. Any violation exits 1.
+// each other. After its final answer each client asks again a few times
+// (-replays), so a key's answers come from several instances: any two
+// final answers for one key that differ are a violation too. Any
+// violation exits 1.
 //
 //	chaos -gateway bin/gateway -provider bin/fakeprovider [-long] [-payments N] ...
 package main
@@ -73,6 +81,12 @@ type options struct {
 	abandonEvery          int
 	patience              time.Duration
 	pgRestart             bool
+	instances             int
+	skew                  time.Duration
+	haproxy               string
+	redis                 string
+	replays               int
+	tamperEvery           int
 	settleWait            time.Duration
 	keepLogs              bool
 	providerFlags         string
@@ -100,6 +114,12 @@ func main() {
 	flag.IntVar(&o.abandonEvery, "abandon-every", 7, "every n-th payment's app never comes back when answered 202 (0: none)")
 	flag.DurationVar(&o.patience, "patience", 0, "how long a patient app waits after a 202 (default recheck-after + 6s: past the recheck)")
 	flag.BoolVar(&o.pgRestart, "pg-restart", true, "restart PostgreSQL once mid-run (pg_ctlcluster; needs root)")
+	flag.IntVar(&o.instances, "instances", 3, "gateway instances behind HAProxy")
+	flag.DurationVar(&o.skew, "skew", 90*time.Second, "CLOCK_SKEW of the last instance (0: none)")
+	flag.StringVar(&o.haproxy, "haproxy", "", "HAProxy binary (default: haproxy on PATH, or /usr/sbin/haproxy)")
+	flag.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379/0", "REDIS_URL the instances share their rate limits in (empty: in memory)")
+	flag.IntVar(&o.tamperEvery, "tamper-every", 0, "the proxy alters every n-th replayed answer, to check that the audit catches answers that differ (0: never)")
+	flag.IntVar(&o.replays, "replays", 2, "requests a client sends again after its final answer, to compare instances' answers")
 	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
 	flag.StringVar(&o.providerFlags, "provider-flags", "", "extra flags for the fake provider, e.g. -no-dedupe to check that the audit fails")
@@ -174,6 +194,16 @@ type payment struct {
 	left     bool   // abandoned after a 202: no final answer, by design
 	waited   bool   // a patient app that waited once
 	problem  string // unexpected answer or timeout, if any
+	// answers are every final answer (201, 402) the client got for the
+	// key, the first and its replays, with the instance that sent each.
+	answers []answer
+}
+
+// answer is one final answer and who sent it.
+type answer struct {
+	instance string
+	status   int
+	body     []byte
 }
 
 func run(ctx context.Context, o options) (int, error) {
@@ -195,11 +225,6 @@ func run(ctx context.Context, o options) (int, error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	gwLog, err := os.Create(filepath.Join(dir, "gateway.log"))
-	if err != nil {
-		return 0, err
-	}
-	defer gwLog.Close()
 	provLog, err := os.Create(filepath.Join(dir, "provider.log"))
 	if err != nil {
 		return 0, err
@@ -222,14 +247,13 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	defer prov.Kill()
 
-	gwAddr, err := rig.FreeAddr()
+	lbBin, err := haproxyBinary(o.haproxy)
 	if err != nil {
 		return 0, err
 	}
-	gwURL := "http://" + gwAddr
-	env := rig.GatewayEnv(db.URL, dir)
+	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	base := rig.GatewayEnv(db.URL, dir)
 	for k, v := range map[string]string{
-		"GATEWAY_ADDR":      gwAddr,
 		"PAYSTACK_BASE_URL": provURL,
 		// The timeout stays below the lease, and the stale age above it,
 		// as config demands; all short so the sweeper works during the run.
@@ -252,13 +276,67 @@ func run(ctx context.Context, o options) (int, error) {
 		// JSON, so the audit can read which payments the gateway re-opened.
 		"LOG_FORMAT": "json",
 	} {
-		env[k] = v
+		base[k] = v
 	}
-	gw := &rig.Process{Bin: o.gateway, Args: []string{"serve"}, Env: env, Health: gwURL + "/healthz", Log: gwLog}
-	if err := gw.Start(); err != nil {
+	if o.redis != "" {
+		// Shared limits, high enough never to refuse the run's traffic:
+		// what is under test is that the Redis path serves (and falls
+		// back) while instances die, not the limit itself.
+		base["REDIS_URL"] = o.redis
+		base["REDIS_KEY_PREFIX"] = "chaos-" + runID + ":"
+		base["RATE_LIMIT_PER_SECOND"] = "100000"
+		base["RATE_LIMIT_BURST"] = "100000"
+	}
+	instances := make([]*instance, o.instances)
+	for i := range instances {
+		addr, err := rig.FreeAddr()
+		if err != nil {
+			return 0, err
+		}
+		in := &instance{name: fmt.Sprintf("gw%d", i+1), addr: addr, url: "http://" + addr}
+		if in.log, err = os.Create(filepath.Join(dir, in.name+".log")); err != nil {
+			return 0, err
+		}
+		defer in.log.Close()
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		env["GATEWAY_ADDR"], env["INSTANCE_ID"] = addr, in.name
+		if o.skew != 0 && i == len(instances)-1 {
+			// Through the development-only setting (production refuses
+			// it): this instance's own clock is off; leases, staleness and
+			// rechecks use the database's, tokens and updated_at follow it.
+			in.skew = "+" + o.skew.String()
+			env["CLOCK_SKEW"] = in.skew
+		}
+		in.proc = &rig.Process{Bin: o.gateway, Args: []string{"serve"}, Env: env, Health: in.url + "/healthz", Log: in.log}
+		if err := in.proc.Start(); err != nil {
+			return 0, err
+		}
+		defer in.proc.Kill()
+		instances[i] = in
+	}
+	lbLog, err := os.Create(filepath.Join(dir, "haproxy.log"))
+	if err != nil {
 		return 0, err
 	}
-	defer gw.Kill()
+	defer lbLog.Close()
+	lb, lbURL, err := startHAProxy(lbBin, dir, instances, lbLog)
+	if err != nil {
+		return 0, err
+	}
+	defer lb.Kill()
+	// Every instance in service behind the balancer before traffic starts.
+	for _, in := range instances {
+		if err := waitReady(in.url, 30*time.Second); err != nil {
+			return 0, fmt.Errorf("%s: %w", in.name, err)
+		}
+	}
+	if err := waitServed(lbURL, len(instances), 30*time.Second); err != nil {
+		return 0, err
+	}
+	gwURL := lbURL
 
 	admin := rig.Client(15 * time.Second)
 	merchants := make([]*merchant, o.merchants)
@@ -273,7 +351,8 @@ func run(ctx context.Context, o options) (int, error) {
 		merchants[i] = &merchant{Merchant: m}
 	}
 
-	px := newProxy(gwURL, o.dropRate)
+	px := newProxy(lbURL, o.dropRate)
+	px.tamperEvery = int64(o.tamperEvery)
 	pxLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -282,7 +361,6 @@ func run(ctx context.Context, o options) (int, error) {
 	defer pxLn.Close()
 	pxURL := "http://" + pxLn.Addr().String()
 
-	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	pays := make([]*payment, o.payments)
 	for i := range pays {
 		p := &payment{merchant: i % o.merchants, key: fmt.Sprintf("chaos-%s-%05d", runID, i),
@@ -299,15 +377,15 @@ func run(ctx context.Context, o options) (int, error) {
 			1000+i, p.email, method, i)
 		pays[i] = p
 	}
-	logf("%d payments, %d merchants, %d clients, proxy drop %.0f%%, provider latency ≤%s fail %.0f%% cut %.0f%% late %.0f%% (lands after %s; RECHECK_AFTER %s), %d gateway kills, PostgreSQL restart %v",
-		o.payments, o.merchants, o.clients, 100*o.dropRate, o.provLatency, 100*o.provFail, 100*o.provCut,
-		100*o.provLate, o.landAfter, o.recheckAfter, o.kills, o.pgRestart)
+	logf("%d payments, %d merchants, %d clients, %d instances behind HAProxy (%s), proxy drop %.0f%%, provider latency ≤%s fail %.0f%% cut %.0f%% late %.0f%% (lands after %s; RECHECK_AFTER %s), %d instance kills, PostgreSQL restart %v, Redis %q",
+		o.payments, o.merchants, o.clients, len(instances), describe(instances), 100*o.dropRate, o.provLatency, 100*o.provFail, 100*o.provCut,
+		100*o.provLate, o.landAfter, o.recheckAfter, o.kills, o.pgRestart, o.redis)
 
 	// Clients.
 	var done atomic.Int64
 	work := make(chan *payment)
 	var wg sync.WaitGroup
-	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL}
+	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL, replays: o.replays}
 	for range o.clients {
 		wg.Add(1)
 		go func() {
@@ -358,6 +436,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	sort.Slice(events, func(i, j int) bool { return events[i].at < events[j].at })
 	kills, pgRestarts := 0, 0
+	killed := map[string]int{}
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -370,15 +449,19 @@ func run(ctx context.Context, o options) (int, error) {
 			}
 			switch ev.kind {
 			case "kill":
-				gw.Kill()
+				// One instance at a time, in turn (the skewed one too);
+				// the others serve meanwhile.
+				in := instances[kills%len(instances)]
+				in.proc.Kill()
 				kills++
-				logf("gateway SIGKILLed at %d/%d payments done", done.Load(), o.payments)
+				killed[in.name]++
+				logf("%s SIGKILLed at %d/%d payments done", in.name, done.Load(), o.payments)
 				time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
-				if err := gw.Start(); err != nil {
-					violate("gateway did not restart after a kill: %v", err)
+				if err := in.proc.Start(); err != nil {
+					violate("%s did not restart after a kill: %v", in.name, err)
 					return
 				}
-				logf("gateway restarted")
+				logf("%s restarted", in.name)
 			case "pg":
 				logf("restarting PostgreSQL at %d/%d payments done", done.Load(), o.payments)
 				if err := restartPostgres(ctx, o.db); err != nil {
@@ -387,18 +470,20 @@ func run(ctx context.Context, o options) (int, error) {
 				}
 				pgRestarts++
 				logf("PostgreSQL is back")
-				// The gateway must ride it out: same process, healthy again.
-				select {
-				case <-gw.Exited():
-					violate("the gateway exited during the PostgreSQL restart")
-					if err := gw.Start(); err != nil {
-						violate("gateway did not restart: %v", err)
-						return
+				// Every instance must ride it out: same process, ready again.
+				for _, in := range instances {
+					select {
+					case <-in.proc.Exited():
+						violate("%s exited during the PostgreSQL restart", in.name)
+						if err := in.proc.Start(); err != nil {
+							violate("%s did not restart: %v", in.name, err)
+							return
+						}
+					default:
 					}
-				default:
-				}
-				if err := waitReady(gwURL, 30*time.Second); err != nil {
-					violate("gateway not ready after the PostgreSQL restart: %v", err)
+					if err := waitReady(in.url, 30*time.Second); err != nil {
+						violate("%s not ready after the PostgreSQL restart: %v", in.name, err)
+					}
 				}
 			}
 		}
@@ -406,14 +491,21 @@ func run(ctx context.Context, o options) (int, error) {
 
 	wg.Wait()
 	<-faultsDone
-	logf("all clients have a final answer or gave up; %d kills, %d PostgreSQL restarts; proxy forwarded %d, dropped %d, 502 while down %d",
-		kills, pgRestarts, px.forwarded.Load(), px.dropped.Load(), px.failed.Load())
-	select {
-	case <-gw.Exited():
-		violate("the gateway is not running at the end")
-		if err := gw.Start(); err != nil {
-			return 0, err
+	logf("all clients have a final answer or gave up; %d kills %v, %d PostgreSQL restarts; proxy forwarded %d, dropped %d, 502/503 while down %d",
+		kills, killed, pgRestarts, px.forwarded.Load(), px.dropped.Load(), px.failed.Load())
+	for _, in := range instances {
+		select {
+		case <-in.proc.Exited():
+			violate("%s is not running at the end", in.name)
+			if err := in.proc.Start(); err != nil {
+				return 0, err
+			}
+		default:
 		}
+	}
+	select {
+	case <-lb.Exited():
+		violate("HAProxy is not running at the end")
 	default:
 	}
 
@@ -446,12 +538,16 @@ func run(ctx context.Context, o options) (int, error) {
 		time.Sleep(500 * time.Millisecond)
 	}
 
-	rep, err := audit(ctx, conn, provURL, merchants, pays, filepath.Join(dir, "gateway.log"))
+	logs := make([]string, len(instances))
+	for i, in := range instances {
+		logs[i] = in.log.Name()
+	}
+	rep, err := audit(ctx, conn, provURL, merchants, pays, logs)
 	if err != nil {
 		return 0, err
 	}
 	violations = append(violations, rep.violations...)
-	rep.print(o, kills, pgRestarts, px)
+	rep.print(o, instances, killed, kills, pgRestarts, px)
 	for i, v := range violations {
 		if i == 50 {
 			fmt.Printf("  … and %d more\n", len(violations)-50)
@@ -485,6 +581,40 @@ func restartPostgres(ctx context.Context, dbURL string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// describe names the instances and the skewed one's clock.
+func describe(instances []*instance) string {
+	var parts []string
+	for _, in := range instances {
+		if in.skew != "" {
+			parts = append(parts, in.name+" clock "+in.skew)
+		} else {
+			parts = append(parts, in.name)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitServed waits until the load balancer has sent requests to n
+// distinct instances (its health checks have put them all in service).
+func waitServed(lb string, n int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	seen := map[string]bool{}
+	for len(seen) < n {
+		resp, err := http.Get(lb + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				seen[resp.Header.Get(instanceHeader)] = true
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the load balancer served only %d of %d instances: %v", len(seen), n, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 func waitReady(base string, d time.Duration) error {
@@ -521,6 +651,7 @@ type client struct {
 	http      *http.Client
 	merchants []*merchant
 	attempts  atomic.Int64
+	replays   int // requests sent again after a final answer
 }
 
 // giveUp bounds one payment: far beyond any lease, sweep or restart.
@@ -554,6 +685,8 @@ func (c *client) settle(ctx context.Context, p *payment) (later bool) {
 		case s == http.StatusCreated || s == http.StatusPaymentRequired:
 			p.final, p.status, p.answer = true, s, body
 			p.replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+			p.answers = append(p.answers, answer{resp.Header.Get(instanceHeader), s, body})
+			c.again(ctx, p)
 			return
 		case s == http.StatusAccepted: // outcome unknown yet
 			switch {
@@ -589,6 +722,50 @@ func (c *client) settle(ctx context.Context, p *payment) (later bool) {
 	}
 	p.problem = fmt.Sprintf("no final answer after %s and %d attempts", giveUp, p.attempts)
 	return false
+}
+
+// again sends p's request c.replays more times after its final answer,
+// through the same proxy and balancer (so mostly to other instances), and
+// keeps each final answer with the instance that sent it: every one must
+// be byte for byte the first. Lost answers and dead instances are retried;
+// a replay is never a new payment.
+func (c *client) again(ctx context.Context, p *payment) {
+	m := c.merchants[p.merchant]
+	for got, tries := 0, 0; got < c.replays && tries < 10*c.replays; tries++ {
+		c.attempts.Add(1)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/payments", bytes.NewReader(p.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+m.token())
+		req.Header.Set("Idempotency-Key", p.key)
+		resp, err := c.http.Do(req)
+		if err != nil {
+			sleep(50, 150)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			sleep(50, 150)
+			continue
+		}
+		switch s := resp.StatusCode; {
+		case s == http.StatusCreated || s == http.StatusPaymentRequired:
+			p.answers = append(p.answers, answer{resp.Header.Get(instanceHeader), s, body})
+			got++
+		case s == http.StatusUnauthorized:
+			m.mu.Lock()
+			if tok, err := rig.Token(ctx, c.http, c.gwURL, m.ClientID, m.ClientSecret); err == nil {
+				m.Token = tok
+			}
+			m.mu.Unlock()
+		case s == http.StatusTooManyRequests || s >= 500:
+			sleep(50, 150)
+		default:
+			// Any other answer after a final one is a different answer.
+			p.answers = append(p.answers, answer{resp.Header.Get(instanceHeader), s, body})
+			got++
+		}
+	}
 }
 
 func sleep(minMS, maxMS int) {

@@ -19,10 +19,15 @@ type proxy struct {
 	target   string // gateway base URL
 	dropRate float64
 	client   *http.Client
+	// tamperEvery, when positive, alters every n-th replayed answer (one
+	// space more in its body), as an instance that answered a key
+	// otherwise than another would: to check that the audit catches it.
+	tamperEvery int64
+	replays     atomic.Int64
 
 	forwarded atomic.Int64
 	dropped   atomic.Int64
-	failed    atomic.Int64 // gateway unreachable (killed): answered 502
+	failed    atomic.Int64 // no instance reached (killed, or the balancer down): 502/503
 }
 
 func newProxy(target string, dropRate float64) *proxy {
@@ -58,6 +63,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forwarded.Add(1)
+	if resp.Header.Get(instanceHeader) == "" && resp.StatusCode >= http.StatusBadGateway {
+		// The balancer's own 502/503: no instance could take it.
+		p.failed.Add(1)
+	}
 	if rand.Float64() < p.dropRate {
 		p.dropped.Add(1)
 		if hj, ok := w.(http.Hijacker); ok {
@@ -66,6 +75,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if p.tamperEvery > 0 && resp.Header.Get("Idempotent-Replayed") == "true" &&
+		p.replays.Add(1)%p.tamperEvery == 0 && len(answer) > 1 {
+		answer = append(answer[:len(answer)-1:len(answer)-1], ' ', answer[len(answer)-1])
+		resp.Header.Del("Content-Length")
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v

@@ -77,6 +77,57 @@ func (e PaymentStatus) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessDatabase.
+const (
+	ReadinessDatabaseOk ReadinessDatabase = "ok"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessDatabase enum.
+func (e ReadinessDatabase) Valid() bool {
+	switch e {
+	case ReadinessDatabaseOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadinessRedis.
+const (
+	ReadinessRedisOk          ReadinessRedis = "ok"
+	ReadinessRedisUnreachable ReadinessRedis = "unreachable"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessRedis enum.
+func (e ReadinessRedis) Valid() bool {
+	switch e {
+	case ReadinessRedisOk:
+		return true
+	case ReadinessRedisUnreachable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadinessStatus.
+const (
+	ReadinessStatusDegraded ReadinessStatus = "degraded"
+	ReadinessStatusOk       ReadinessStatus = "ok"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessStatus enum.
+func (e ReadinessStatus) Valid() bool {
+	switch e {
+	case ReadinessStatusDegraded:
+		return true
+	case ReadinessStatusOk:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RefundStatus.
 const (
 	RefundFailed    RefundStatus = "failed"
@@ -724,6 +775,45 @@ type ProviderUnavailableProblem struct {
 	Type string `json:"type"`
 }
 
+// Readiness defines model for Readiness.
+type Readiness struct {
+	// Database Database is the database's state; without it the answer is a 503.
+	//
+	// Example: ok
+	Database ReadinessDatabase `json:"database"`
+
+	// Redis Redis is the rate limiter's Redis (only when REDIS_URL is set):
+	// unreachable means limits are kept in this instance's memory until it
+	// answers.
+	//
+	// Example: ok
+	Redis *ReadinessRedis `json:"redis,omitempty"`
+
+	// Status Status is ok, or degraded while an optional dependency (Redis) does
+	// not answer: the gateway still serves, so a load balancer keeps it.
+	//
+	// Example: ok
+	Status ReadinessStatus `json:"status"`
+}
+
+// ReadinessDatabase Database is the database's state; without it the answer is a 503.
+//
+// Example: ok
+type ReadinessDatabase string
+
+// ReadinessRedis Redis is the rate limiter's Redis (only when REDIS_URL is set):
+// unreachable means limits are kept in this instance's memory until it
+// answers.
+//
+// Example: ok
+type ReadinessRedis string
+
+// ReadinessStatus Status is ok, or degraded while an optional dependency (Redis) does
+// not answer: the gateway still serves, so a load balancer keeps it.
+//
+// Example: ok
+type ReadinessStatus string
+
 // Refund defines model for Refund.
 type Refund struct {
 	// Amount Example: 3000
@@ -1224,7 +1314,9 @@ type ClientInterface interface {
 
 	// GetReadiness Readiness
 	//
-	// The gateway can serve traffic: its database answers.
+	// The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate
+	// limiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this
+	// instance's memory), so the answer is 200 with status "degraded", not a 503.
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1627,7 +1719,9 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetReadiness Readiness
 //
-// The gateway can serve traffic: its database answers.
+// The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate
+// limiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this
+// instance's memory), so the answer is 200 with status "degraded", not a 503.
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3190,7 +3284,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadinessWithResponse Readiness
 	//
-	// The gateway can serve traffic: its database answers.
+	// The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate
+	// limiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this
+	// instance's memory), so the answer is 200 with status "degraded", not a 503.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4328,7 +4424,7 @@ type GetReadinessResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *HealthStatus
+	JSON200 *Readiness
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -4338,7 +4434,7 @@ type GetReadinessResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetReadinessResponse) GetJSON200() *HealthStatus {
+func (r GetReadinessResponse) GetJSON200() *Readiness {
 	return r.JSON200
 }
 
@@ -5879,7 +5975,9 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 
 // GetReadinessWithResponse Readiness
 //
-// The gateway can serve traffic: its database answers.
+// The gateway can serve traffic: its database answers. With REDIS_URL it also reports the rate
+// limiter's Redis; while Redis does not answer the gateway still serves (limits fall back to this
+// instance's memory), so the answer is 200 with status "degraded", not a 503.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7095,7 +7193,7 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest HealthStatus
+		var dest Readiness
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

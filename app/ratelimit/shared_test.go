@@ -1,0 +1,171 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// redisURL is the Redis the tests use for real (TEST_REDIS_URL; .ci/run
+// starts one on this default when it is down).
+func redisURL() string {
+	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// prefix is a key prefix of the test's own, so tests sharing a Redis never
+// share a bucket.
+func prefix(t *testing.T) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "test-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + hex.EncodeToString(b) + ":"
+}
+
+func newShared(t *testing.T, url, prefix string, rate float64, burst int, opts ...func(*SharedConfig)) *Shared {
+	t.Helper()
+	cfg := SharedConfig{URL: url, KeyPrefix: prefix, Local: New(Config{Rate: rate, Burst: burst})}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := NewShared(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	if url == redisURL() {
+		require.NoError(t, s.Ping(context.Background()), "Redis at %s must answer (bash .ci/run starts it)", url)
+	}
+	return s
+}
+
+// TestSharedIsOneBucketAcrossInstances: two instances' limiters on one
+// Redis, asked in turn, admit one burst between them, not one each; a
+// merchant's bucket is not another's, and another prefix is another set.
+func TestSharedIsOneBucketAcrossInstances(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := prefix(t)
+	a, b := newShared(t, redisURL(), p, 1, 5), newShared(t, redisURL(), p, 1, 5)
+	admitted := 0
+	var wait time.Duration
+	for i := range 20 {
+		in := a
+		if i%2 == 1 {
+			in = b
+		}
+		ok, w := in.Take(ctx, "ten_1")
+		if ok {
+			admitted++
+		} else {
+			wait = w
+		}
+	}
+	require.Equal(t, 5, admitted, "one burst across both instances (at 1/s nothing refills meanwhile)")
+	require.Greater(t, wait, time.Duration(0))
+	require.LessOrEqual(t, wait, time.Second)
+	require.False(t, a.Down())
+
+	ok, _ := a.Take(ctx, "ten_2")
+	require.True(t, ok, "another merchant has its own bucket")
+	other := newShared(t, redisURL(), prefix(t), 1, 5)
+	ok, _ = other.Take(ctx, "ten_1")
+	require.True(t, ok, "another prefix is another set of buckets")
+}
+
+// TestSharedFallsBackToMemoryWhileRedisIsDown: a Redis that does not
+// answer never refuses a request for that reason: the local limiter
+// decides (with the same rate and burst), Redis is asked again only once
+// per RetryEvery, the metrics hooks hear of it, and the warning is logged
+// once, not per request.
+func TestSharedFallsBackToMemoryWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs syncBuffer
+	var mu sync.Mutex
+	decisions := map[string]int{}
+	var up []bool
+	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		c.RetryEvery = time.Hour
+		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
+	})
+	start := time.Now()
+	admitted := 0
+	for range 50 {
+		if ok, _ := s.Take(ctx, "ten_1"); ok {
+			admitted++
+		}
+	}
+	require.Less(t, time.Since(start), 2*time.Second, "one failed call, then no more waiting on Redis")
+	require.Equal(t, 3, admitted, "the local bucket: burst 3")
+	require.True(t, s.Down())
+	mu.Lock()
+	require.Equal(t, 50, decisions[BackendMemory])
+	require.Zero(t, decisions[BackendRedis])
+	require.Equal(t, []bool{false}, up, "Redis was asked once in the hour")
+	mu.Unlock()
+	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
+	require.Regexp(t, `err=(timeout|"dial tcp)`, logs.String())
+	require.Error(t, s.Ping(ctx))
+}
+
+// TestSharedRecoversWhenRedisAnswers: after RetryEvery the next request
+// asks Redis again and, once it answers, limits are shared again.
+func TestSharedRecoversWhenRedisAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs syncBuffer
+	s := newShared(t, redisURL(), prefix(t), 100, 10, func(c *SharedConfig) {
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		c.RetryEvery = 50 * time.Millisecond
+	})
+	s.failed(context.DeadlineExceeded) // as if a call had timed out
+	require.True(t, s.Down())
+	ok, _ := s.Take(ctx, "ten_1")
+	require.True(t, ok)
+	require.True(t, s.Down(), "within RetryEvery the local limiter decides")
+	time.Sleep(60 * time.Millisecond)
+	ok, _ = s.Take(ctx, "ten_1")
+	require.True(t, ok)
+	require.False(t, s.Down())
+	require.Contains(t, logs.String(), "Redis answers again")
+}
+
+func TestGCRALimitKeepsFractionalRates(t *testing.T) {
+	t.Parallel()
+	l := gcraLimit(5, 5)
+	require.Equal(t, 5, l.Rate)
+	require.Equal(t, time.Second, l.Period)
+	l = gcraLimit(0.5, 1)
+	require.Equal(t, 2*time.Second, time.Duration(float64(l.Period)/float64(l.Rate)), "one every 2 s")
+	require.Equal(t, 1, l.Burst)
+}
+
+func TestNewSharedRefusesABadURLWithoutQuotingIt(t *testing.T) {
+	t.Parallel()
+	_, err := NewShared(SharedConfig{URL: "http://user:hunter2@example/0", Local: New(Config{Rate: 1})})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "hunter2")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
