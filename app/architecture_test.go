@@ -49,7 +49,9 @@ func TestArchitecture(t *testing.T) {
 		{"tenants and payments are siblings", inDir("tenants"), []string{mod + "payments", mod + "idempotency"}},
 		{"the helpers domain packages share know no domain", inDir("app/reqjson", "app/database/dbclock", "app/problem", "app/audit", "app/ratelimit"),
 			[]string{mod + "payments", mod + "tenants", mod + "idempotency", mod + "scheduler", mod + "providers", mod + "app$"}},
-		{"domain packages do not import the app", inDir("payments", "tenants", "idempotency", "scheduler", "providers", "config"),
+		{"events know no payments or tenants", inDir("events"),
+			[]string{mod + "payments", mod + "tenants", mod + "scheduler", mod + "providers"}},
+		{"domain packages do not import the app", inDir("payments", "tenants", "idempotency", "scheduler", "providers", "config", "events"),
 			[]string{mod + "app$", mod + "app/apptest", mod + "app/database$"}},
 	}
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

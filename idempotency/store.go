@@ -393,7 +393,11 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 // (for a payment: someone settled it first — the caller falls back to its
 // transaction and answers from the ledger); applied true when both were
 // written.
-func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr) (applied bool, err error) {
+//
+// also are more data-modifying statements (an event row) run in the same
+// statement, each as a CTE that must itself apply only with write: its
+// condition names `resource` (EXISTS (SELECT 1 FROM resource)).
+func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr, also ...clause.Expr) (applied bool, err error) {
 	db := s.exec(ctx, nil)
 	if db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
@@ -413,24 +417,27 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 	// Rows, not Scan: GORM's Scan renders every statement as text with its
 	// values inlined (a regexp over the ~600-byte answer) for a logger that
 	// is silent — a tenth of a payment's allocations.
+	extra := ""
+	vars := []any{c.MerchantID, c.Key, StatusInProgress, c.Token, write}
+	for i, e := range also {
+		extra += fmt.Sprintf(", also%d AS (?)", i)
+		vars = append(vars, e)
+	}
+	vars = append(vars, StatusDone, r.Status, body, header, dbclock.Now(db),
+		r.ResourceID, r.ResourceID,
+		c.MerchantID, c.Key, StatusInProgress, c.Token)
 	rows, err := db.Raw(`WITH claim AS (
   SELECT 1 FROM idempotency_keys
   WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ?
   FOR UPDATE
-), resource AS (?), done AS (
+), resource AS (?)`+extra+`, done AS (
   UPDATE idempotency_keys
   SET status = ?, status_code = ?, response = ?, response_headers = ?, completed_at = ?,
       resource_id = CASE WHEN ? = '' THEN resource_id ELSE ? END
   WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ? AND EXISTS (SELECT 1 FROM resource)
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`,
-		c.MerchantID, c.Key, StatusInProgress, c.Token,
-		write,
-		StatusDone, r.Status, body, header, dbclock.Now(db),
-		r.ResourceID, r.ResourceID,
-		c.MerchantID, c.Key, StatusInProgress, c.Token,
-	).Rows()
+SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`, vars...).Rows()
 	var owned, completed int
 	if err == nil {
 		err = scanOne(rows, &owned, &completed)

@@ -116,6 +116,9 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 		if err := s.keys.Complete(ctx, tx, claim, Render(&p)); err != nil {
 			return err
 		}
+		if err := s.emit(ctx, tx, &p); err != nil {
+			return err
+		}
 		return audit.Record(ctx, tx, audit.Change{Action: audit.PaymentResolved, TargetType: "payment", TargetID: p.ID,
 			TenantID: p.MerchantID, Before: resolvedView(before), After: resolvedView(p.View()), Note: r.Note})
 	})

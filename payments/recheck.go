@@ -144,7 +144,7 @@ func (s *Service) reopen(ctx context.Context, read *Payment, res providers.Resul
 		if !ok {
 			return errSkipped
 		}
-		return nil
+		return s.emit(ctx, tx, &p)
 	})
 	if errors.Is(err, errSkipped) {
 		return Skipped, nil
@@ -187,7 +187,12 @@ func (s *Service) reinstate(ctx context.Context, read *Payment) (Settlement, err
 		if err == nil && !ok {
 			err = errSkipped
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		back := p
+		back.Status, back.FailureCode, back.FailureMessage, back.RecheckAt = StatusProcessing, "", "", nil
+		return s.emit(ctx, tx, &back)
 	})
 	if errors.Is(err, errSkipped) {
 		return Skipped, nil

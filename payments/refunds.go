@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
@@ -276,9 +277,20 @@ func (s *Service) settleRefundTx(ctx context.Context, tx *gorm.DB, r *Refund, re
 	}
 	f.applyTo(r)
 	if r.Status == RefundFailed {
-		return s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)
+		if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.emitRefund(ctx, tx, r)
+}
+
+// emitRefund writes the event of a refund's final state in tx.
+func (s *Service) emitRefund(ctx context.Context, tx *gorm.DB, r *Refund) error {
+	typ := events.RefundSucceeded
+	if r.Status == RefundFailed {
+		typ = events.RefundFailed
+	}
+	return s.cfg.Events.Emit(ctx, tx, events.Params{MerchantID: r.MerchantID, Type: typ, ObjectID: r.ID, Attempt: r.Attempts, Object: r.View()})
 }
 
 // completeRefund stores the ledger's final answer under the key.
@@ -322,6 +334,11 @@ func (s *Service) neverRefunded(ctx context.Context, claim idempotency.Claim, r 
 			return err
 		}
 		if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
+			return err
+		}
+		failed := *r
+		f.applyTo(&failed)
+		if err := s.emitRefund(ctx, tx, &failed); err != nil {
 			return err
 		}
 		return s.keys.ReleaseTx(ctx, tx, claim)

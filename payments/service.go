@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
@@ -56,6 +57,9 @@ type Config struct {
 	// Now is the clock of the timestamps this instance writes (updated_at);
 	// no decision compares it with anything. nil means time.Now.
 	Now func() time.Time
+	// Events writes the event of every transition, in the transition's
+	// transaction; nil: an emitter on Now.
+	Events *events.Emitter
 	// Log receives operational events; nil means slog.Default().
 	Log *slog.Logger
 	// Observe, if set, counts payments reaching a state, by provider.
@@ -99,6 +103,9 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 	}
 	if cfg.RecordTimeout == 0 {
 		cfg.RecordTimeout = 5 * time.Second
+	}
+	if cfg.Events == nil {
+		cfg.Events = events.NewEmitter(cfg.Now)
 	}
 	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg}
 }
@@ -419,7 +426,11 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	next := *p
 	f.applyTo(&next)
 	answer := Render(&next)
-	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f))
+	event, err := s.cfg.Events.EmitAlong(s.db, paymentEvent(&next), "resource")
+	if err != nil {
+		return Answer{}, err
+	}
+	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f), event)
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()
@@ -441,6 +452,9 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 		}
 		if ok {
 			f.applyTo(p)
+			if err := s.emit(ctx, tx, p); err != nil {
+				return err
+			}
 		} else {
 			// Someone settled it first: the ledger's state is the answer.
 			cur, err := s.store.GetByKey(ctx, tx, p.MerchantID, p.IdempotencyKey)
@@ -515,6 +529,11 @@ func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *
 		if ok, err = s.store.Finish(ctx, tx, p.MerchantID, p.ID, f); err != nil || !ok {
 			return err
 		}
+		failed := *p
+		f.applyTo(&failed)
+		if err := s.emit(ctx, tx, &failed); err != nil {
+			return err
+		}
 		return s.keys.ReleaseTx(ctx, tx, claim)
 	})
 	if err != nil {
@@ -537,7 +556,13 @@ func (s *Service) neverCharged(ctx context.Context, claim idempotency.Claim, p *
 // progress, but this request gives up its lease so that the app's retry
 // takes over at once and re-drives the charge (the provider dedupes).
 func (s *Service) unknown(ctx context.Context, claim idempotency.Claim, p *Payment) (Answer, error) {
-	if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
+			return err
+		}
+		return s.emit(ctx, tx, p)
+	})
+	if err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
 		s.cfg.Log.WarnContext(ctx, "could not end lease early", "payment_id", p.ID, "err", err)
 	}
 	body, err := json.Marshal(p.View())
@@ -610,4 +635,24 @@ func Render(p *Payment) Answer {
 		With("decline_code", p.FailureCode).With("payment", view)
 	header[fiber.HeaderContentType] = problem.ContentType
 	return Answer{Status: fiber.StatusPaymentRequired, Header: header, Body: pr.Body(""), ResourceID: p.ID}
+}
+
+// paymentEvent is the event of p's current state.
+func paymentEvent(p *Payment) events.Params {
+	typ := events.PaymentProcessing
+	switch p.Status {
+	case StatusSucceeded:
+		typ = events.PaymentSucceeded
+	case StatusFailed:
+		typ = events.PaymentFailed
+	case StatusRequiresReview:
+		typ = events.PaymentRequiresReview
+	}
+	return events.Params{MerchantID: p.MerchantID, Type: typ, ObjectID: p.ID, Attempt: p.Attempts, Object: p.View()}
+}
+
+// emit writes the event of p's current state in tx, the transaction of
+// the transition to it.
+func (s *Service) emit(ctx context.Context, tx *gorm.DB, p *Payment) error {
+	return s.cfg.Events.Emit(ctx, tx, paymentEvent(p))
 }

@@ -127,7 +127,12 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 			if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
 				return err
 			}
-			return s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, s.now())
+			if err := s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, s.now()); err != nil {
+				return err
+			}
+			flagged := *p
+			flagged.Status = StatusRequiresReview
+			return s.emit(ctx, tx, &flagged)
 		})
 		if errors.Is(err, idempotency.ErrLostClaim) {
 			return Skipped, nil

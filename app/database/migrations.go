@@ -236,6 +236,57 @@ DROP INDEX idempotency_keys_completed_idx;
 CREATE INDEX idempotency_keys_done_idx ON idempotency_keys (merchant_id, completed_at) WHERE status = 'done';
 DROP INDEX payments_recheck_idx;
 CREATE INDEX payments_recheck_idx ON payments (merchant_id, recheck_at) WHERE recheck_at IS NOT NULL;`},
+	// Events and webhooks (issue 16). An event is written in the
+	// transaction (or the one statement) of the state change it reports;
+	// enqueued_at marks the outbox relay's hand-over to the delivery queue
+	// (River's jobs), so a crash between the change and the delivery loses
+	// nothing. dedupe makes a transition's event unique (a replayed 202
+	// is not another processing event).
+	{10, "events_and_webhooks", `
+CREATE TABLE events (
+	merchant_id TEXT NOT NULL,
+	id          TEXT NOT NULL,
+	type        TEXT NOT NULL,
+	object_id   TEXT NOT NULL,
+	dedupe      TEXT NOT NULL,
+	payload     {{bytes}} NOT NULL,
+	created_at  {{ts}} NOT NULL,
+	enqueued_at {{ts}},
+	PRIMARY KEY (merchant_id, id),
+	UNIQUE (merchant_id, dedupe)
+);
+CREATE INDEX events_list_idx ON events (merchant_id, created_at, id);
+CREATE INDEX events_outbox_idx ON events (merchant_id, created_at) WHERE enqueued_at IS NULL;
+CREATE TABLE webhook_endpoints (
+	merchant_id      TEXT NOT NULL,
+	id               TEXT NOT NULL,
+	url              TEXT NOT NULL,
+	events           TEXT NOT NULL DEFAULT '[]',
+	description      TEXT NOT NULL DEFAULT '',
+	secret           {{bytes}} NOT NULL,
+	old_secret       {{bytes}},
+	old_secret_until {{ts}},
+	disabled_at      {{ts}},
+	failing_since    {{ts}},
+	created_at       {{ts}} NOT NULL,
+	updated_at       {{ts}} NOT NULL,
+	PRIMARY KEY (merchant_id, id)
+);
+CREATE TABLE webhook_deliveries (
+	merchant_id TEXT NOT NULL,
+	id          TEXT NOT NULL,
+	endpoint_id TEXT NOT NULL,
+	event_id    TEXT NOT NULL,
+	attempt     INTEGER NOT NULL,
+	at          {{ts}} NOT NULL,
+	status_code INTEGER NOT NULL DEFAULT 0,
+	latency_ms  INTEGER NOT NULL DEFAULT 0,
+	error       TEXT NOT NULL DEFAULT '',
+	outcome     TEXT NOT NULL,
+	PRIMARY KEY (merchant_id, id)
+);
+CREATE INDEX webhook_deliveries_endpoint_idx ON webhook_deliveries (merchant_id, endpoint_id, at, id);
+CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (merchant_id, event_id, at);`},
 }
 
 func render(d Dialect, sql string) string {

@@ -1,0 +1,174 @@
+// Package events tells merchants every outcome: one event per state
+// transition of a payment or refund, written in the transition's own
+// transaction (or its one statement), and delivered to the merchant's
+// webhook endpoints as Standard Webhooks — signed, retried, logged — and
+// listed by the events API.
+//
+// # No event lost, none invented
+//
+// An event row commits with its transition or not at all: a crash can
+// neither lose the event of a change that committed nor emit one for a
+// change that rolled back. Delivery is a durable queue's job (River):
+// an outbox relay hands each new event to the queue — one delivery job per
+// subscribed endpoint — in a transaction that also marks the event handed
+// over (enqueued_at), so every event is enqueued exactly once, after any
+// crash. The queue retries a failed delivery on WEBHOOK_RETRY_SCHEDULE,
+// and each attempt is owned by one instance. Deliveries are at least once:
+// the same event keeps its webhook-id on every attempt, so a receiver
+// dedupes by it. Ordering is not promised; an event's created_at and the
+// object's own state are.
+//
+// Why a relay and not the job itself in the transition's transaction: the
+// common ending of a payment is one SQL statement (the final state, the
+// stored answer and now the event, idempotency.Store.CompleteWith), not a
+// transaction River could insert into; making it one would cost the hot
+// path three more round trips. The event row in that statement is the
+// transactional part; the relay's own transaction moves it to the queue.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/gateway/app/database/dbclock"
+)
+
+// Event types.
+const (
+	PaymentProcessing     = "payment.processing"
+	PaymentSucceeded      = "payment.succeeded"
+	PaymentFailed         = "payment.failed"
+	PaymentRequiresReview = "payment.requires_review"
+	RefundSucceeded       = "refund.succeeded"
+	RefundFailed          = "refund.failed"
+)
+
+// Types lists every event type.
+var Types = []string{PaymentProcessing, PaymentSucceeded, PaymentFailed, PaymentRequiresReview, RefundSucceeded, RefundFailed}
+
+// Retention is how long events are kept (and listed).
+const Retention = 30 * 24 * time.Hour
+
+// Event is one row of the events table. Payload is the exact JSON body
+// every delivery of the event sends (and signs).
+type Event struct {
+	MerchantID string `gorm:"primaryKey"`
+	ID         string `gorm:"primaryKey"`
+	Type       string
+	ObjectID   string
+	Dedupe     string
+	Payload    []byte
+	CreatedAt  time.Time
+	EnqueuedAt *time.Time
+}
+
+// TableName is the table the migrations create.
+func (Event) TableName() string { return "events" }
+
+// Params is one event to emit.
+type Params struct {
+	MerchantID string
+	Type       string
+	// ObjectID is the payment or refund the event is about.
+	ObjectID string
+	// Attempt distinguishes the same transition made again after the
+	// object was re-opened (a payment's attempts): the event of one
+	// transition is written once, however many times it is reported.
+	Attempt int
+	// Object is the object as GET returns it (its view), the event's data.
+	Object any
+}
+
+// payload is an event's body as delivered (and as GET /v1/events returns).
+type payload struct {
+	ID        string          `json:"id"`
+	Object    string          `json:"object"`
+	Type      string          `json:"type"`
+	CreatedAt time.Time       `json:"created_at"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// build makes the row of p, with its id and body. The body's created_at
+// is this instance's clock synced to the database's (the row's own
+// created_at is the database's).
+func build(p Params, now time.Time) (Event, error) {
+	if p.MerchantID == "" || p.ObjectID == "" || !known(p.Type) {
+		return Event{}, fmt.Errorf("events: bad event %q for %q", p.Type, p.ObjectID)
+	}
+	obj, err := json.Marshal(p.Object)
+	if err != nil {
+		return Event{}, fmt.Errorf("events: %w", err)
+	}
+	e := Event{MerchantID: p.MerchantID, ID: "evt_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
+		Type: p.Type, ObjectID: p.ObjectID, Dedupe: fmt.Sprintf("%s:%s:%d", p.ObjectID, p.Type, p.Attempt)}
+	body, err := json.Marshal(payload{ID: e.ID, Object: "event", Type: e.Type, CreatedAt: now.UTC().Truncate(time.Millisecond),
+		Data: json.RawMessage(`{"object":` + string(obj) + `}`)})
+	if err != nil {
+		return Event{}, fmt.Errorf("events: %w", err)
+	}
+	e.Payload = body
+	return e, nil
+}
+
+func known(t string) bool {
+	for _, k := range Types {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+const insertEvent = `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+
+// Emitter writes events; now stamps their bodies (an instance clock synced
+// to the database's).
+type Emitter struct{ now func() time.Time }
+
+// NewEmitter returns an emitter stamping bodies with now (nil: time.Now).
+func NewEmitter(now func() time.Time) *Emitter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Emitter{now: now}
+}
+
+// Emit writes the event of p in tx, the transaction of the transition it
+// reports. The same transition reported again (same object, type and
+// attempt) writes nothing.
+func (e *Emitter) Emit(ctx context.Context, tx *gorm.DB, p Params) error {
+	ev, err := build(p, e.now())
+	if err != nil {
+		return err
+	}
+	db := tx.WithContext(ctx)
+	if err := db.Exec(insertEvent, ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db)).Error; err != nil {
+		return fmt.Errorf("events: emit %s: %w", p.Type, err)
+	}
+	return nil
+}
+
+// EmitAlong is Emit as a part of another statement (a data-modifying CTE
+// of idempotency.Store.CompleteWith): the event is written only if the
+// CTE named cond yields a row — the transition applied.
+func (e *Emitter) EmitAlong(db *gorm.DB, p Params, cond string) (clause.Expr, error) {
+	ev, err := build(p, e.now())
+	if err != nil {
+		return clause.Expr{}, err
+	}
+	return clause.Expr{SQL: `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at)
+SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM ` + cond + `) ON CONFLICT DO NOTHING RETURNING 1`,
+		Vars: []any{ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db)}}, nil
+}
+
+// ErrNotFound means no such event (or another merchant's).
+var ErrNotFound = errors.New("events: not found")
