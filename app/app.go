@@ -22,8 +22,10 @@ import (
 	"github.com/oncepay/gateway/app/metrics"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/ratelimit"
+	"github.com/oncepay/gateway/app/secretbox"
 	"github.com/oncepay/gateway/config"
 	"github.com/oncepay/gateway/docs" // the OpenAPI 3 document; also registers swag's 2.0 one at /swagger/doc.json
+	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
@@ -53,7 +55,10 @@ type App struct {
 	Tenants  *tenants.Service
 	Payments *payments.Service
 	Keys     *idempotency.Store
-	Sim      *simulator.Simulator
+	// Events delivers webhooks and serves the events API; Serve starts
+	// and stops its queue.
+	Events *events.Service
+	Sim    *simulator.Simulator
 	// Scheduler runs the sweeper and the purge; Serve starts and stops it.
 	// Tests trigger a sweep with Scheduler.Sweeper().RunOnce(ctx).
 	Scheduler *scheduler.Scheduler
@@ -175,6 +180,21 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		return nil, err
 	}
 	a.Keys = idempotency.NewStore(db)
+	box, err := secretbox.New(cfg.Secrets.MasterKey, "oncepay/events/endpoint-secret/v1")
+	if err != nil {
+		return nil, err
+	}
+	eventsCfg := events.Config{DB: db, Box: box, Schedule: cfg.Webhooks.RetrySchedule, Production: cfg.Production(),
+		Log: log, Now: a.Clock.Now}
+	if a.Metrics != nil {
+		eventsCfg.Observe = a.Metrics.ObserveDelivery
+	}
+	if a.Events, err = events.New(context.Background(), eventsCfg); err != nil {
+		return nil, err
+	}
+	if a.Metrics != nil {
+		a.Metrics.WatchBacklog(a.Events.Backlog)
+	}
 	paymentsCfg := payments.Config{
 		ReviewAfter:  cfg.Schedule.ReviewAfter,
 		Lease:        cfg.Payments.Lease,
@@ -182,6 +202,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		RecheckAfter: cfg.Schedule.RecheckAfter,
 		Now:          a.Clock.Now,
 		Log:          log,
+		Events:       events.NewEmitter(a.Clock.Now),
 	}
 	if a.Metrics != nil {
 		paymentsCfg.Observe = a.Metrics.ObservePayment
@@ -329,6 +350,7 @@ func (a *App) routes() {
 	}
 	idem := idempotency.Middleware(idemCfg)
 	ph.Routes(merchant, idem)
+	events.NewHandler(a.Events, a.Keys, tenants.MerchantID).Routes(merchant, idem)
 }
 
 // Fiber is the HTTP app, for tests (app.Test) and embedding.
@@ -351,6 +373,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		}()
 	}
 	a.Scheduler.Start()
+	// Not ctx: its end would cancel deliveries mid-flight; stopEvents
+	// lets them finish.
+	if err := a.Events.Start(context.WithoutCancel(ctx)); err != nil {
+		_ = a.fiber.Shutdown()
+		<-errc
+		_ = a.Close()
+		return err
+	}
 	clockCtx, stopClock := context.WithCancel(ctx)
 	defer stopClock()
 	go a.Clock.Run(clockCtx, a.db, clockSync)
@@ -365,6 +395,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	_ = a.Scheduler.Stop()
 	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
 	err := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
+	a.stopEvents()
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}
@@ -378,6 +409,7 @@ func (a *App) Close() error {
 	if a.Scheduler != nil {
 		_ = a.Scheduler.Stop()
 	}
+	a.stopEvents()
 	if a.metricsSrv != nil {
 		_ = a.metricsSrv.Close()
 		_ = a.metricsLn.Close() // in case Serve never ran
@@ -386,6 +418,21 @@ func (a *App) Close() error {
 		_ = a.SharedLimiter.Close()
 	}
 	return database.Close(a.db)
+}
+
+// stopEvents lets running deliveries finish (up to SHUTDOWN_TIMEOUT);
+// one cut short is retried by the queue on another instance or restart.
+func (a *App) stopEvents() {
+	if a.Events == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := a.Events.Stop(ctx); err != nil {
+		hard, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = a.Events.StopAndCancel(hard)
+	}
 }
 
 // MetricsAddr is the address of the separate metrics listener

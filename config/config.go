@@ -73,6 +73,7 @@ type Config struct {
 	Log      Log
 	Metrics  Metrics
 	Limits   Limits
+	Webhooks Webhooks
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	// Instance names this gateway instance in metrics and logs
@@ -167,6 +168,17 @@ type Limits struct {
 	RedisKeyPrefix string
 }
 
+// Webhooks tunes the delivery of events to merchants' endpoints.
+type Webhooks struct {
+	// RetrySchedule is the delay before each retry of a failed delivery
+	// (WEBHOOK_RETRY_SCHEDULE: comma-separated durations, 1 to 20).
+	RetrySchedule []time.Duration
+}
+
+// DefaultWebhookRetrySchedule is WEBHOOK_RETRY_SCHEDULE's default: eight
+// attempts over about 28 hours.
+const DefaultWebhookRetrySchedule = "5s,5m,30m,2h,5h,10h,10h"
+
 // Now is this instance's clock: the wall clock, shifted by CLOCK_SKEW. It
 // stamps what the instance writes for humans (updated_at, tokens' iat and
 // exp); no lease, staleness or age is ever compared with it (those use the
@@ -242,6 +254,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			RedisURL:       Secret(r.str("REDIS_URL", "")),
 			RedisKeyPrefix: r.str("REDIS_KEY_PREFIX", "oncepay:"),
 		},
+		Webhooks:        Webhooks{RetrySchedule: r.durations("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule)},
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
@@ -496,6 +509,25 @@ func (r *reader) durZero(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// durations reads a comma-separated list of 1 to 20 positive durations.
+func (r *reader) durations(name, def string) []time.Duration {
+	v := r.str(name, def)
+	var out []time.Duration
+	for _, part := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			r.fail(name, "must be comma-separated positive durations like 5s,5m,30m, got %q", v)
+			return nil
+		}
+		out = append(out, d)
+	}
+	if len(out) > 20 {
+		r.fail(name, "must list at most 20 durations, got %d", len(out))
+		return nil
+	}
+	return out
 }
 
 // signedDur reads a duration that may be negative; unset is zero.

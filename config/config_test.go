@@ -42,6 +42,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, host, c.Instance, "INSTANCE_ID defaults to the hostname")
 	require.Empty(t, c.Limits.RedisURL, "no Redis: limits in memory")
 	require.Equal(t, "oncepay:", c.Limits.RedisKeyPrefix)
+	require.Equal(t, []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
+		5 * time.Hour, 10 * time.Hour, 10 * time.Hour}, c.Webhooks.RetrySchedule)
 }
 
 func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
@@ -108,6 +110,9 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"BadRedisURL", map[string]string{"REDIS_URL": "http://u:hunter2@redis"}, "REDIS_URL must be a redis://"},
 		{"BadInstanceID", map[string]string{"INSTANCE_ID": "gw 1"}, "INSTANCE_ID"},
 		{"BadRedisPrefix", map[string]string{"REDIS_KEY_PREFIX": "a b"}, "REDIS_KEY_PREFIX"},
+		{"BadRetrySchedule", map[string]string{"WEBHOOK_RETRY_SCHEDULE": "5s,soon"}, "WEBHOOK_RETRY_SCHEDULE must be comma-separated"},
+		{"ZeroRetry", map[string]string{"WEBHOOK_RETRY_SCHEDULE": "5s,0s"}, "WEBHOOK_RETRY_SCHEDULE"},
+		{"LongRetry", map[string]string{"WEBHOOK_RETRY_SCHEDULE": strings.Repeat("1s,", 20) + "1s"}, "at most 20"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -566,7 +566,10 @@ func (s *Store) LeaveInProgress(ctx context.Context, c Claim) error {
 // LeaveInProgressTx is LeaveInProgress on the caller's transaction (nil:
 // the pool).
 func (s *Store) LeaveInProgressTx(ctx context.Context, tx *gorm.DB, c Claim) error {
-	if err := s.owned(ctx, tx, c, "leave in progress", map[string]any{"locked_until": dbclock.Now(s.db)}); err != nil {
+	// A millisecond ago, not now: a lease lapses when locked_until < now,
+	// and SQLite's clock has millisecond steps, so "now" would hold the key
+	// for a retry arriving within the same millisecond.
+	if err := s.owned(ctx, tx, c, "leave in progress", map[string]any{"locked_until": dbclock.Minus(s.db, time.Millisecond)}); err != nil {
 		return err
 	}
 	c.state.set(endLeft)

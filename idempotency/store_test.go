@@ -231,6 +231,7 @@ func TestStore(t *testing.T) {
 		dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 			s, clk := newStore(t, db)
 			oldest := claim(t, s, "m2", "a")
+			time.Sleep(2 * time.Millisecond) // SQLite's clock steps by milliseconds: keep the order strict
 			claim(t, s, "m1", "b")
 			done := claim(t, s, "m1", "done")
 			require.NoError(t, s.Complete(ctx, nil, done, resp))

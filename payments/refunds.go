@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
@@ -99,14 +100,14 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 	if err != nil {
 		return s.unknownRefund(ctx, claim, &r) // nothing sent; the key stays for a retry
 	}
-	failpoint("before_refund")
+	failpoint.Hit("before_refund")
 	start := time.Now()
 	res, err := prov.Refund(cctx, providers.RefundRequest{
 		Reference: r.ProviderReference, ChargeReference: p.ProviderReference, TransactionID: p.ProviderTransactionID,
 		Amount: r.Amount, Currency: r.Currency, Reason: r.Reason,
 	})
 	s.observeProvider(r.Provider, "refund", err, time.Since(start))
-	failpoint("after_refund")
+	failpoint.Hit("after_refund")
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	switch {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
@@ -200,9 +201,9 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 			"merchant_id", m.ID, "payment_id", p.ID)
 		return Answer{}, keyInUse()
 	}
-	failpoint("before_charge")
+	failpoint.Hit("before_charge")
 	res, err := s.charge(cctx, prov, &p)
-	failpoint("after_charge")
+	failpoint.Hit("after_charge")
 	// From here a charge may exist: whatever the database does, the answer
 	// is never a 500. Recording gets its own bounded time, so a stalled
 	// database yields 202 processing (the key stays in progress, and a

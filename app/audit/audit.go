@@ -33,7 +33,9 @@ const (
 	CredentialsRotated  = "tenant.credentials_rotated"
 	ProviderSecretsSet  = "tenant.provider_secrets_changed"
 	PaymentResolved     = "payment.resolved"
+	EndpointDisabled    = "webhook_endpoint.disabled"
 	actorAdmin          = "admin"
+	actorSystem         = "system"
 	maxNote             = 1000
 	defaultLimit        = 50
 	maxLimit            = 200
@@ -44,7 +46,7 @@ type ctxKey string
 
 // Actions lists every action, for validating a filter.
 var Actions = []string{TenantCreated, TenantUpdated, TenantSuspended, TenantReactivated,
-	CredentialsRotated, ProviderSecretsSet, PaymentResolved}
+	CredentialsRotated, ProviderSecretsSet, PaymentResolved, EndpointDisabled}
 
 // Event is one row of audit_events.
 type Event struct {
@@ -81,6 +83,9 @@ type Change struct {
 	Before     any
 	After      any
 	Note       string
+	// System marks a change the gateway made on its own (actor "system"),
+	// not an operator's.
+	System bool
 }
 
 // Record writes the event of c in tx — the transaction of the change
@@ -102,10 +107,14 @@ func Record(ctx context.Context, tx *gorm.DB, c Change) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	rid, _ := ctx.Value(requestIDContextKey).(string)
+	actor := actorAdmin
+	if c.System {
+		actor = actorSystem
+	}
 	db := tx.WithContext(ctx)
 	err = db.Exec(`INSERT INTO audit_events (id, at, actor, action, target_type, target_id, tenant_id, request_id, before, after, note)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		"aud_"+strings.ReplaceAll(uuid.NewString(), "-", ""), dbclock.Now(db), actorAdmin, c.Action, c.TargetType, c.TargetID,
+		"aud_"+strings.ReplaceAll(uuid.NewString(), "-", ""), dbclock.Now(db), actor, c.Action, c.TargetType, c.TargetID,
 		c.TenantID, rid, before, after, truncate(c.Note, maxNote)).Error
 	if err != nil {
 		return fmt.Errorf("audit: record %s: %w", c.Action, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/scheduler"
@@ -82,6 +83,12 @@ type Metrics struct {
 
 	limitDecisions *prometheus.CounterVec
 	limitRedisUp   prometheus.Gauge
+
+	webhookDeliveries *prometheus.CounterVec
+	webhookDuration   prometheus.Histogram
+
+	// r registers the collectors (with the instance label).
+	r prometheus.Registerer
 }
 
 // New builds the collectors on a fresh registry, with the Go runtime,
@@ -93,7 +100,7 @@ func New(opt Options) *Metrics {
 		r = prometheus.WrapRegistererWith(prometheus.Labels{"instance": opt.Instance}, reg)
 	}
 	f := func(c prometheus.Collector) prometheus.Collector { r.MustRegister(c); return c }
-	m := &Metrics{reg: reg}
+	m := &Metrics{reg: reg, r: r}
 
 	m.httpRequests = f(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "http", Name: "requests_total",
@@ -175,6 +182,19 @@ func New(opt Options) *Metrics {
 		})).(prometheus.Gauge)
 	}
 
+	m.webhookDeliveries = f(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "webhooks", Name: "deliveries_total",
+		Help: "Webhook delivery attempts, by outcome: delivered (2xx), retrying, failed (the last attempt, or the endpoint was disabled), skipped (the endpoint was disabled or deleted).",
+	}, []string{"outcome"})).(*prometheus.CounterVec)
+	for _, o := range []string{"delivered", "retrying", "failed", "skipped"} {
+		m.webhookDeliveries.WithLabelValues(o)
+	}
+	m.webhookDuration = f(prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Subsystem: "webhooks", Name: "attempt_duration_seconds",
+		Help:    "Time from sending a webhook to the receiver's answer (or the 10 s timeout).",
+		Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	})).(prometheus.Histogram)
+
 	r.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -189,6 +209,43 @@ func New(opt Options) *Metrics {
 			MustRegister(collectors.NewDBStatsCollector(opt.DB, name))
 	}
 	return m
+}
+
+// ObserveDelivery counts a webhook delivery attempt and its latency
+// (events.Config.Observe).
+func (m *Metrics) ObserveDelivery(outcome string, d time.Duration) {
+	m.webhookDeliveries.WithLabelValues(outcome).Inc()
+	if outcome != "skipped" {
+		m.webhookDuration.Observe(d.Seconds())
+	}
+}
+
+// WatchBacklog exports the delivery backlog, measured at each scrape
+// (bounded to 2 s; a failed measure drops the two series from that scrape).
+func (m *Metrics) WatchBacklog(measure func(context.Context) (events.Backlog, error)) {
+	m.r.MustRegister(backlogCollector{measure: measure,
+		depth: prometheus.NewDesc(Namespace+"_webhooks_queue_depth",
+			"Events and webhook deliveries not yet delivered (not yet queued, waiting, retrying or running).", nil, nil),
+		oldest: prometheus.NewDesc(Namespace+"_webhooks_oldest_pending_seconds",
+			"Age of the oldest of them (0 when there is none).", nil, nil)})
+}
+
+type backlogCollector struct {
+	measure       func(context.Context) (events.Backlog, error)
+	depth, oldest *prometheus.Desc
+}
+
+func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.depth; ch <- c.oldest }
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b, err := c.measure(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(b.Depth))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestAge.Seconds())
 }
 
 // Registry is where the collectors live, for tests and extra collectors.

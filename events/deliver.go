@@ -1,0 +1,562 @@
+package events
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/audit"
+	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/failpoint"
+	"github.com/oncepay/gateway/app/secretbox"
+)
+
+// Limits of the delivery.
+const (
+	// attemptTimeout is how long a receiver has to answer 2xx.
+	attemptTimeout = 10 * time.Second
+	// maxResponse is how much of a receiver's answer is read (never logged).
+	maxResponse = 64 << 10
+	// disableAfter is how long an endpoint may fail without a success
+	// before it is disabled.
+	disableAfter = 5 * 24 * time.Hour
+	// perEndpoint bounds an instance's concurrent deliveries to one
+	// endpoint, so one slow merchant cannot take every worker.
+	perEndpoint = 4
+	queue       = "webhooks"
+)
+
+// DeliveryArgs is the queue's job: deliver one event to one endpoint.
+type DeliveryArgs struct {
+	MerchantID string `json:"merchant_id"`
+	EventID    string `json:"event_id"`
+	EndpointID string `json:"endpoint_id"`
+}
+
+// Kind names the job for River.
+func (DeliveryArgs) Kind() string { return "webhook_delivery" }
+
+// relayArgs is the periodic job that hands new events to the queue.
+type relayArgs struct{}
+
+func (relayArgs) Kind() string { return "events_relay" }
+
+// purgeArgs is the periodic job that deletes events past Retention.
+type purgeArgs struct{}
+
+func (purgeArgs) Kind() string { return "events_purge" }
+
+// Config configures the service.
+type Config struct {
+	DB  *gorm.DB
+	Box *secretbox.Box
+	// Schedule is the delay before each retry (WEBHOOK_RETRY_SCHEDULE);
+	// a delivery is tried len(Schedule)+1 times.
+	Schedule []time.Duration
+	// Production refuses endpoints that are not https, or that resolve to
+	// a loopback, private, link-local or metadata address (checked at
+	// delivery time, on the address dialled).
+	Production bool
+	// RelayEvery is how often the relay hands new events to the queue.
+	RelayEvery time.Duration
+	Log        *slog.Logger
+	Now        func() time.Time
+	// Observe, if set, counts deliveries (outcome) and times attempts.
+	Observe func(outcome string, d time.Duration)
+}
+
+// Service owns endpoints, the events API's reads and the delivery queue.
+type Service struct {
+	cfg    Config
+	store  *Store
+	river  *river.Client[*sql.Tx]
+	client *http.Client
+
+	mu   sync.Mutex
+	busy map[string]int // endpoint id → deliveries in flight here
+}
+
+// New builds the service and its queue (migrating River's tables). Start
+// runs it.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if len(cfg.Schedule) == 0 || cfg.Box == nil {
+		return nil, errors.New("events: a retry schedule and a secret box are required")
+	}
+	if cfg.RelayEvery <= 0 {
+		cfg.RelayEvery = time.Second
+	}
+	s := &Service{cfg: cfg, store: NewStore(cfg.DB), busy: map[string]int{}}
+	s.client = safeClient(cfg.Production)
+	sqlDB, err := cfg.DB.DB()
+	if err != nil {
+		return nil, err
+	}
+	var driver riverdriver.Driver[*sql.Tx]
+	if cfg.DB.Dialector.Name() == "postgres" {
+		driver = riverdatabasesql.New(sqlDB)
+	} else {
+		driver = riversqlite.New(sqlDB)
+	}
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quiet(cfg.Log)})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("events: migrate the queue: %w", err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &deliveryWorker{s: s})
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, _ *river.Job[relayArgs]) error { return s.Relay(ctx) }))
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, _ *river.Job[purgeArgs]) error {
+		_, err := s.store.purge(ctx, 1000)
+		return err
+	}))
+	s.river, err = river.NewClient(driver, &river.Config{
+		Logger:  quiet(cfg.Log),
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}, queue: {MaxWorkers: 16}},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.RelayEvery), func() (river.JobArgs, *river.InsertOpts) {
+				return relayArgs{}, &river.InsertOpts{MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByPeriod: cfg.RelayEvery}}
+			}, &river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(time.Hour), func() (river.JobArgs, *river.InsertOpts) {
+				return purgeArgs{}, &river.InsertOpts{MaxAttempts: 1}
+			}, nil),
+		},
+		FetchPollInterval: 200 * time.Millisecond,
+		JobTimeout:        attemptTimeout + 5*time.Second,
+		// A delivery whose instance died mid-attempt is retried after a
+		// minute (River's default waits an hour); its rescuer looks every
+		// 30 s.
+		RescueStuckJobsAfter: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	return s, nil
+}
+
+// quiet hands River's chatter to slog one level down.
+func quiet(l *slog.Logger) *slog.Logger {
+	return slog.New(levelDown{l.Handler()})
+}
+
+type levelDown struct{ slog.Handler }
+
+func (h levelDown) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError {
+		r.Level -= 4 // info → debug, warn → info
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h levelDown) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, l-4)
+}
+
+// Start runs the queue (deliveries, the relay) until Stop.
+func (s *Service) Start(ctx context.Context) error { return s.river.Start(ctx) }
+
+// Stop lets running deliveries finish (up to ctx) and stops the queue.
+func (s *Service) Stop(ctx context.Context) error { return s.river.Stop(ctx) }
+
+// StopAndCancel stops the queue, cancelling running deliveries (they are
+// retried).
+func (s *Service) StopAndCancel(ctx context.Context) error { return s.river.StopAndCancel(ctx) }
+
+// Store is the service's store (reads for handlers and tests).
+func (s *Service) Store() *Store { return s.store }
+
+// Relay hands the events not yet enqueued to the queue: per merchant, in
+// one transaction that inserts a delivery job per subscribed endpoint and
+// marks the events enqueued, so each event is handed over exactly once.
+func (s *Service) Relay(ctx context.Context) error {
+	merchants, err := s.store.pendingMerchants(ctx, 100)
+	if err != nil {
+		return err
+	}
+	if len(merchants) > 0 {
+		failpoint.Hit("before_relay") // events committed, none queued yet
+	}
+	for _, m := range merchants {
+		err := s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			evs, err := s.store.takePending(ctx, tx, m, 200)
+			if err != nil || len(evs) == 0 {
+				return err
+			}
+			eps, err := s.store.endpoints(ctx, tx, m)
+			if err != nil {
+				return err
+			}
+			var jobs []river.InsertManyParams
+			ids := make([]string, len(evs))
+			for i, e := range evs {
+				ids[i] = e.ID
+				for _, ep := range eps {
+					if ep.DisabledAt == nil && ep.Wants(e.Type) {
+						jobs = append(jobs, s.job(m, e.ID, ep.ID))
+					}
+				}
+			}
+			if err := s.insertJobs(ctx, tx, jobs); err != nil {
+				return err
+			}
+			return s.store.markEnqueued(ctx, tx, m, ids)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type riverParams = river.InsertManyParams
+
+// insertJobs puts delivery jobs in the queue in tx, the caller's
+// transaction: they exist exactly if it commits.
+func (s *Service) insertJobs(ctx context.Context, tx *gorm.DB, jobs []riverParams) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
+	if !ok {
+		return errors.New("events: enqueue: not a database/sql transaction")
+	}
+	if _, err := s.river.InsertManyTx(ctx, sqlTx, jobs); err != nil {
+		return fmt.Errorf("events: enqueue: %w", err)
+	}
+	return nil
+}
+
+func (s *Service) job(merchantID, eventID, endpointID string) river.InsertManyParams {
+	return river.InsertManyParams{Args: DeliveryArgs{MerchantID: merchantID, EventID: eventID, EndpointID: endpointID},
+		InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: len(s.cfg.Schedule) + 1}}
+}
+
+// deliveryWorker delivers one event to one endpoint per attempt.
+type deliveryWorker struct {
+	river.WorkerDefaults[DeliveryArgs]
+	s *Service
+}
+
+// NextRetry follows the retry schedule, with ±10% jitter so a receiver's
+// recovery is not met by every retry at once.
+func (w *deliveryWorker) NextRetry(job *river.Job[DeliveryArgs]) time.Time {
+	sch := w.s.cfg.Schedule
+	i := min(max(job.Attempt-1, 0), len(sch)-1)
+	d := float64(sch[i]) * (0.9 + 0.2*rand.Float64())
+	return time.Now().Add(time.Duration(d))
+}
+
+// Timeout bounds an attempt (the receiver's 10 s, and the bookkeeping).
+func (w *deliveryWorker) Timeout(*river.Job[DeliveryArgs]) time.Duration {
+	return attemptTimeout + 5*time.Second
+}
+
+func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
+	return w.s.deliver(ctx, job.Args, job.Attempt, job.Attempt >= job.MaxAttempts)
+}
+
+// errDelivery is a receiver's failure, retried by the queue.
+type errDelivery struct{ msg string }
+
+func (e errDelivery) Error() string { return "events: delivery: " + e.msg }
+
+func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last bool) error {
+	ev, err := s.store.Get(ctx, a.MerchantID, a.EventID)
+	if errors.Is(err, ErrNotFound) {
+		return river.JobCancel(err) // purged past Retention
+	}
+	if err != nil {
+		return err
+	}
+	ep, err := s.store.endpoint(ctx, nil, a.MerchantID, a.EndpointID)
+	if errors.Is(err, ErrNotFound) || (err == nil && ep.DisabledAt != nil) {
+		s.record(ctx, &Delivery{MerchantID: a.MerchantID, EndpointID: a.EndpointID, EventID: a.EventID, Attempt: attempt,
+			Outcome: "skipped", Error: "the endpoint was disabled or deleted"})
+		return river.JobCancel(errors.New("events: endpoint gone"))
+	}
+	if err != nil {
+		return err
+	}
+	if !s.take(ep.ID) {
+		return river.JobSnooze(time.Second) // this endpoint has its share of workers here
+	}
+	defer s.give(ep.ID)
+	secrets, err := s.secrets(&ep)
+	if err != nil {
+		return err
+	}
+	ts := s.cfg.Now().Unix()
+	sig, err := Signatures(secrets, ev.ID, ts, ev.Payload)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, ep.URL, strings.NewReader(string(ev.Payload)))
+	if err != nil {
+		return river.JobCancel(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "OncePay-Webhooks/1")
+	req.Header.Set("webhook-id", ev.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	start := time.Now()
+	resp, err := s.client.Do(req)
+	d := Delivery{MerchantID: a.MerchantID, EndpointID: ep.ID, EventID: ev.ID, Attempt: attempt}
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponse)) // read (bounded), never logged
+		_ = resp.Body.Close()
+		d.StatusCode = resp.StatusCode
+	}
+	d.LatencyMS = time.Since(start).Milliseconds()
+	ok := err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300
+	switch {
+	case ok:
+		d.Outcome = "delivered"
+	case err != nil:
+		d.Error = deliveryError(err)
+	default:
+		d.Error = fmt.Sprintf("answered %d", resp.StatusCode)
+	}
+	if !ok {
+		d.Outcome = "retrying"
+		if last {
+			d.Outcome = "failed"
+		}
+	}
+	disabled, herr := s.health(ctx, &ep, ok)
+	if disabled {
+		d.Outcome = "failed"
+	}
+	s.record(ctx, &d)
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(d.Outcome, time.Since(start))
+	}
+	switch {
+	case herr != nil:
+		return herr
+	case ok:
+		return nil
+	case disabled:
+		return river.JobCancel(errors.New("events: endpoint disabled"))
+	}
+	return errDelivery{d.Error}
+}
+
+// deliveryError is a transport error as the deliveries log shows it: the
+// kind, never the receiver's body.
+func deliveryError(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout after 10s"
+	case errors.Is(err, errForbiddenAddress):
+		return "the endpoint resolves to an address deliveries may not reach"
+	}
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}
+
+// health records an attempt's outcome on the endpoint: a success ends a
+// failing streak; a failure starts one, and one 5 days long disables the
+// endpoint (an audit event says so).
+func (s *Service) health(ctx context.Context, ep *Endpoint, ok bool) (disabled bool, err error) {
+	db := s.cfg.DB.WithContext(ctx)
+	if ok {
+		if ep.FailingSince == nil {
+			return false, nil
+		}
+		return false, s.store.updateEndpoint(ctx, nil, ep.MerchantID, ep.ID, map[string]any{"failing_since": nil})
+	}
+	now := s.cfg.Now().UTC()
+	if ep.FailingSince == nil {
+		return false, s.store.updateEndpoint(ctx, nil, ep.MerchantID, ep.ID, map[string]any{"failing_since": now})
+	}
+	if now.Sub(*ep.FailingSince) < disableAfter {
+		return false, nil
+	}
+	err = db.Transaction(func(tx *gorm.DB) error {
+		if err := s.store.updateEndpoint(ctx, tx, ep.MerchantID, ep.ID, map[string]any{"disabled_at": now, "updated_at": now}); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, audit.Change{Action: audit.EndpointDisabled, TargetType: "webhook_endpoint",
+			TargetID: ep.ID, TenantID: ep.MerchantID, Before: map[string]any{"url": ep.URL, "failing_since": ep.FailingSince},
+			After: map[string]any{"disabled": true}, Note: "failing for 5 days without a success", System: true})
+	})
+	if err == nil {
+		s.cfg.Log.WarnContext(ctx, "webhook endpoint disabled: failing for 5 days", "merchant_id", ep.MerchantID, "endpoint_id", ep.ID)
+	}
+	return err == nil, err
+}
+
+func (s *Service) record(ctx context.Context, d *Delivery) {
+	d.ID = "dlv_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	if err := s.store.insertDelivery(ctx, d); err != nil {
+		s.cfg.Log.WarnContext(ctx, "webhook delivery not logged", "event_id", d.EventID, "err", err)
+	}
+}
+
+func (s *Service) take(endpointID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[endpointID] >= perEndpoint {
+		return false
+	}
+	s.busy[endpointID]++
+	return true
+}
+
+func (s *Service) give(endpointID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[endpointID]--; s.busy[endpointID] <= 0 {
+		delete(s.busy, endpointID)
+	}
+}
+
+// secrets are the endpoint's signing secrets: the current one, and the
+// previous one while its 24 hours after a rotation last.
+func (s *Service) secrets(ep *Endpoint) ([]string, error) {
+	cur, err := s.cfg.Box.Open(secretAAD(ep.MerchantID, ep.ID), ep.Secret)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{string(cur)}
+	if ep.OldSecret != nil && ep.OldSecretUntil != nil && s.cfg.Now().Before(*ep.OldSecretUntil) {
+		if old, err := s.cfg.Box.Open(secretAAD(ep.MerchantID, ep.ID), ep.OldSecret); err == nil {
+			out = append(out, string(old))
+		}
+	}
+	return out, nil
+}
+
+func secretAAD(merchantID, id string) []byte { return []byte(merchantID + "\x00" + id) }
+
+// errForbiddenAddress is a delivery to an address production refuses.
+var errForbiddenAddress = errors.New("events: forbidden address")
+
+// safeClient is the receivers' HTTP client. In production it dials only
+// public addresses: the check runs on the address being dialled, after
+// resolution, so a name that resolves (or re-resolves, DNS rebinding) to
+// a private address is refused. It never follows redirects.
+func safeClient(production bool) *http.Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	if production {
+		dialer.Control = func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			ip, err := netip.ParseAddr(host)
+			if err != nil || !publicAddress(ip) {
+				return errForbiddenAddress
+			}
+			return nil
+		}
+	}
+	return &http.Client{
+		Transport: &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: 5 * time.Second,
+			MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute, ResponseHeaderTimeout: attemptTimeout},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// publicAddress reports whether ip is one a delivery may reach in
+// production: not loopback, private, link-local (the cloud metadata
+// address 169.254.169.254 among them), unspecified, multicast, or the
+// shared (CGNAT) range.
+func publicAddress(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	cgnat := netip.MustParsePrefix("100.64.0.0/10")
+	return ip.IsValid() && !ip.IsLoopback() && !ip.IsPrivate() && !ip.IsLinkLocalUnicast() &&
+		!ip.IsLinkLocalMulticast() && !ip.IsUnspecified() && !ip.IsMulticast() && !ip.IsInterfaceLocalMulticast() &&
+		!cgnat.Contains(ip)
+}
+
+// checkURL validates an endpoint URL: absolute, http(s) (https only in
+// production), no credentials, at most 2048 bytes; in production a
+// literal address must be public (names are checked when dialled).
+func checkURL(raw string, production bool) error {
+	if len(raw) > 2048 {
+		return errors.New("must be at most 2048 characters")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.Fragment != "" {
+		return errors.New("must be an absolute http(s) URL without credentials")
+	}
+	if production {
+		if u.Scheme != "https" {
+			return errors.New("must be https")
+		}
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && !publicAddress(ip) {
+			return errors.New("must not be a loopback, private or link-local address")
+		}
+		if h := strings.ToLower(u.Hostname()); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			return errors.New("must not be a loopback address")
+		}
+	}
+	return nil
+}
+
+// Backlog is what is not yet delivered: events not yet handed to the
+// queue, and delivery jobs not yet finished (waiting, retrying, running).
+type Backlog struct {
+	Depth int64
+	// OldestAge is how long the oldest of them has waited (0: none).
+	OldestAge time.Duration
+}
+
+// Backlog measures the delivery backlog (a fan-out read, for metrics).
+func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
+	db := s.cfg.DB.WithContext(ctx)
+	var row struct {
+		N   int64
+		Age *float64
+	}
+	age := dbclock.SecondsSince(db, "min(created_at)")
+	err := db.Raw(`SELECT count(*) AS n, `+age.SQL+` AS age FROM (
+  SELECT created_at FROM river_job WHERE queue = ? AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+  UNION ALL
+  SELECT created_at FROM events WHERE enqueued_at IS NULL) backlog`, append(age.Vars, queue)...).Scan(&row).Error
+	if err != nil {
+		return Backlog{}, fmt.Errorf("events: backlog: %w", err)
+	}
+	b := Backlog{Depth: row.N}
+	if row.Age != nil && *row.Age > 0 {
+		b.OldestAge = time.Duration(*row.Age * float64(time.Second))
+	}
+	return b, nil
+}

@@ -1,0 +1,339 @@
+package events_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+)
+
+// verify is a Standard Webhooks verifier written from the specification
+// (standardwebhooks.com), independent of the gateway's signer: the
+// secret is whsec_ + base64(key); the signed content is
+// "{webhook-id}.{webhook-timestamp}.{body}"; webhook-signature holds
+// space-separated "v1,<base64 HMAC-SHA256>" entries, any of which may
+// match; timestamps more than five minutes away are refused.
+func verify(secret string, h http.Header, body []byte, now time.Time) error {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return err
+	}
+	id, ts := h.Get("webhook-id"), h.Get("webhook-timestamp")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || id == "" {
+		return errors.New("missing webhook-id or webhook-timestamp")
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+		return errors.New("timestamp out of tolerance")
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	want := mac.Sum(nil)
+	for _, sig := range strings.Fields(h.Get("webhook-signature")) {
+		v, b64, ok := strings.Cut(sig, ",")
+		if !ok || v != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if err == nil && hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return errors.New("no matching signature")
+}
+
+// TestVerifierMatchesTheSpecVector checks the verifier itself against the
+// specification's published example, so a delivery it accepts is one any
+// Standard Webhooks library accepts.
+func TestVerifierMatchesTheSpecVector(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	h.Set("webhook-timestamp", "1614265330")
+	h.Set("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	at := time.Unix(1614265330, 0)
+	require.NoError(t, verify(secret, h, []byte(`{"test": 2432232314}`), at))
+	require.Error(t, verify(secret, h, []byte(`{"test": 2432232315}`), at), "another body")
+	require.Error(t, verify(secret, h, []byte(`{"test": 2432232314}`), at.Add(10*time.Minute)), "too old")
+	h.Set("webhook-signature", "v1,bm9wZQ== v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	require.NoError(t, verify(secret, h, []byte(`{"test": 2432232314}`), at), "any of several signatures")
+}
+
+// hit is one request a receiver got.
+type hit struct {
+	Header http.Header
+	Body   []byte
+}
+
+func (h hit) event(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(h.Body, &m))
+	return m
+}
+
+// receiver is a merchant's webhook endpoint: it records every request and
+// answers with status(n) for the n-th (1-based), 200 by default.
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	hits   []hit
+	status func(n int) int
+}
+
+func newReceiver(t testing.TB, status func(n int) int) *receiver {
+	r := &receiver{status: status}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.hits = append(r.hits, hit{Header: req.Header.Clone(), Body: b})
+		n := len(r.hits)
+		r.mu.Unlock()
+		code := http.StatusOK
+		if r.status != nil {
+			code = r.status(n)
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte("thanks"))
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) got() []hit {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]hit(nil), r.hits...)
+}
+
+// of returns the hits whose event has type typ.
+func (r *receiver) of(t testing.TB, typ string) []hit {
+	var out []hit
+	for _, h := range r.got() {
+		if h.event(t)["type"] == typ {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds (the deadline is generous: the machine
+// is shared; nothing here measures speed).
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func jsonBody(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func auth(m apptest.Merchant, more ...string) []string {
+	return append([]string{"Authorization", "Bearer " + m.Token}, more...)
+}
+
+// endpoint creates an endpoint for m and returns its id and secret.
+func endpoint(t testing.TB, g *apptest.Gateway, m apptest.Merchant, url string, types ...string) (string, string) {
+	t.Helper()
+	body := map[string]any{"url": url, "description": "test receiver"}
+	if len(types) > 0 {
+		body["events"] = types
+	}
+	r := g.Do("POST", "/v1/webhook_endpoints", jsonBody(body), auth(m, "Idempotency-Key", "we-"+url+strings.Join(types, ","))...)
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	v := r.JSON(t)
+	return v["id"].(string), v["secret"].(string)
+}
+
+func pay(method string, amount int) map[string]any {
+	return map[string]any{"amount": amount, "currency": "NGN", "email": "ada@example.com", "payment_method": method}
+}
+
+// fastRetries makes a delivery's retries quick for the test.
+var fastRetries = apptest.Env("WEBHOOK_RETRY_SCHEDULE", "50ms,50ms,50ms")
+
+// both runs f on PostgreSQL and on the embedded SQLite of `make run`.
+func both(t *testing.T, f func(t *testing.T, g *apptest.Gateway), opts ...apptest.Option) {
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, apptest.Start(t, opts...)) })
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		f(t, apptest.Start(t, append([]apptest.Option{apptest.SQLite()}, opts...)...))
+	})
+}
+
+func TestAPaymentsOutcomeReachesTheReceiverSigned(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *apptest.Gateway) {
+		m := g.Onboard(nil)
+		rcv := newReceiver(t, nil)
+		_, secret := endpoint(t, g, m, rcv.URL)
+		onlyFailed := newReceiver(t, nil)
+		endpoint(t, g, m, onlyFailed.URL, "payment.failed")
+
+		paid := g.Pay(m, "pay-1", pay("sim_success", 5000))
+		require.Equal(t, http.StatusCreated, paid.StatusCode, string(paid.Body))
+		declined := g.Pay(m, "pay-2", pay("sim_decline", 5000))
+		require.Equal(t, http.StatusPaymentRequired, declined.StatusCode)
+		requireSame := g.Pay(m, "pay-1", pay("sim_success", 5000)) // a replay is no transition
+		require.Equal(t, "true", requireSame.Header.Get("Idempotent-Replayed"))
+
+		waitFor(t, "both events at the receiver", func() bool { return len(rcv.got()) >= 2 })
+		waitFor(t, "the failure at the failures' receiver", func() bool { return len(onlyFailed.got()) >= 1 })
+
+		succeeded := rcv.of(t, "payment.succeeded")
+		require.Len(t, succeeded, 1)
+		h := succeeded[0]
+		require.NoError(t, verify(secret, h.Header, h.Body, time.Now()), "an independent verifier accepts it")
+		ev := h.event(t)
+		require.Equal(t, h.Header.Get("webhook-id"), ev["id"], "webhook-id is the event's id")
+		require.True(t, strings.HasPrefix(ev["id"].(string), "evt_"))
+		require.Equal(t, "application/json", h.Header.Get("Content-Type"))
+
+		// data.object is the payment as GET returns it.
+		id := paid.JSON(t)["id"].(string)
+		var view map[string]any
+		require.NoError(t, json.Unmarshal(g.Get(m, "/v1/payments/"+id).Body, &view))
+		require.Equal(t, view, ev["data"].(map[string]any)["object"])
+
+		require.Len(t, rcv.of(t, "payment.failed"), 1)
+		require.Len(t, onlyFailed.got(), 1, "an endpoint gets only the types it asked for")
+		require.Equal(t, "payment.failed", onlyFailed.got()[0].event(t)["type"])
+
+		// The events API lists exactly the bodies delivered, newest first.
+		list := g.Get(m, "/v1/events")
+		require.Equal(t, http.StatusOK, list.StatusCode, string(list.Body))
+		var page struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(list.Body, &page))
+		require.Len(t, page.Data, 2, "two transitions, two events; the replay made none")
+		one := g.Get(m, "/v1/events/"+ev["id"].(string))
+		require.Equal(t, http.StatusOK, one.StatusCode)
+		require.Equal(t, string(h.Body), string(one.Body), "GET /v1/events/{id} is the delivered body, byte for byte")
+		filtered := g.Get(m, "/v1/events?type=payment.failed")
+		require.NoError(t, json.Unmarshal(filtered.Body, &page))
+		require.Len(t, page.Data, 1)
+	})
+}
+
+func TestAReceiverThatFailsTwiceGetsTheEventOnTheThirdAttempt(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *apptest.Gateway) {
+		m := g.Onboard(nil)
+		rcv := newReceiver(t, func(n int) int {
+			if n <= 2 {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusNoContent
+		})
+		id, secret := endpoint(t, g, m, rcv.URL)
+		require.Equal(t, http.StatusCreated, g.Pay(m, "pay-1", pay("sim_success", 5000)).StatusCode)
+
+		waitFor(t, "three attempts", func() bool { return len(rcv.got()) >= 3 })
+		time.Sleep(300 * time.Millisecond) // a fourth would be a bug: give it the time to show
+		hits := rcv.got()
+		require.Len(t, hits, 3)
+		for _, h := range hits {
+			require.Equal(t, hits[0].Header.Get("webhook-id"), h.Header.Get("webhook-id"), "one webhook-id on every attempt")
+			require.Equal(t, string(hits[0].Body), string(h.Body))
+			require.NoError(t, verify(secret, h.Header, h.Body, time.Now()))
+		}
+
+		var log struct {
+			Data []struct {
+				Attempt    int    `json:"attempt"`
+				StatusCode int    `json:"status_code"`
+				Outcome    string `json:"outcome"`
+				Error      string `json:"error"`
+				EventID    string `json:"event_id"`
+			} `json:"data"`
+		}
+		waitFor(t, "the third attempt logged", func() bool {
+			require.NoError(t, json.Unmarshal(g.Get(m, "/v1/webhook_endpoints/"+id+"/deliveries").Body, &log))
+			return len(log.Data) == 3
+		})
+		require.Equal(t, "delivered", log.Data[0].Outcome, "newest first")
+		require.Equal(t, 3, log.Data[0].Attempt)
+		require.Equal(t, http.StatusNoContent, log.Data[0].StatusCode)
+		for _, d := range log.Data[1:] {
+			require.Equal(t, "retrying", d.Outcome)
+			require.Equal(t, http.StatusServiceUnavailable, d.StatusCode)
+			require.Equal(t, "answered 503", d.Error)
+		}
+		require.NotContains(t, g.Logs.String(), "thanks", "receivers' answers are never logged")
+	}, fastRetries)
+}
+
+func TestADeliveryFailingEveryAttemptEndsFailed(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("WEBHOOK_RETRY_SCHEDULE", "20ms,20ms"))
+	m := g.Onboard(nil)
+	rcv := newReceiver(t, func(int) int { return http.StatusInternalServerError })
+	id, _ := endpoint(t, g, m, rcv.URL)
+	require.Equal(t, http.StatusCreated, g.Pay(m, "pay-1", pay("sim_success", 5000)).StatusCode)
+	var log struct {
+		Data []struct{ Outcome string } `json:"data"`
+	}
+	waitFor(t, "the last attempt logged", func() bool {
+		require.NoError(t, json.Unmarshal(g.Get(m, "/v1/webhook_endpoints/"+id+"/deliveries").Body, &log))
+		return len(log.Data) == 3
+	})
+	require.Equal(t, "failed", log.Data[0].Outcome, "the schedule's two retries, then failed")
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, rcv.got(), 3, "no attempt after the last")
+
+	ep := g.Get(m, "/v1/webhook_endpoints/"+id).JSON(t)
+	require.NotEmpty(t, ep["failing_since"], "the endpoint's failing streak is shown")
+	require.Equal(t, false, ep["disabled"], "one failed event does not disable an endpoint")
+}
+
+func TestASweeperSettledPaymentReachesTheReceiverWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *apptest.Gateway) {
+		m := g.Onboard(nil)
+		rcv := newReceiver(t, nil)
+		endpoint(t, g, m, rcv.URL)
+		r := g.Pay(m, "pay-lost", pay("sim_timeout", 5000))
+		require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
+		waitFor(t, "payment.processing", func() bool { return len(rcv.of(t, "payment.processing")) == 1 })
+		require.Empty(t, rcv.of(t, "payment.succeeded"))
+
+		ageAndSweep(t, g)
+		waitFor(t, "payment.succeeded", func() bool { return len(rcv.of(t, "payment.succeeded")) == 1 })
+		obj := rcv.of(t, "payment.succeeded")[0].event(t)["data"].(map[string]any)["object"].(map[string]any)
+		require.Equal(t, "succeeded", obj["status"])
+		require.Equal(t, r.JSON(t)["id"], obj["id"])
+
+		ageAndSweep(t, g) // a second sweep changes nothing, and says nothing
+		time.Sleep(300 * time.Millisecond)
+		require.Len(t, rcv.got(), 2, "processing, then succeeded: one event per transition")
+	})
+}
+
+func ageAndSweep(t *testing.T, g *apptest.Gateway) {
+	t.Helper()
+	dbtest.Age(t, g.App.DB(), time.Hour, "idempotency_keys", "locked_until", "created_at", "attempted_at", "looked_up_at", "completed_at")
+	_, err := g.App.Scheduler.Sweeper().RunOnce(context.Background())
+	require.NoError(t, err)
+}
