@@ -49,7 +49,8 @@ const docTemplate = `{
                             "tenant.reactivated",
                             "tenant.credentials_rotated",
                             "tenant.provider_secrets_changed",
-                            "payment.resolved"
+                            "payment.resolved",
+                            "webhook_endpoint.disabled"
                         ],
                         "type": "string",
                         "description": "Only this action",
@@ -815,6 +816,221 @@ const docTemplate = `{
                 "x-security-optional": true
             }
         },
+        "/v1/events": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "The caller's events of the last 30 days, newest first: one per state transition of its payments and\nrefunds, exactly the bodies that were (or are being) delivered to its endpoints.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "List events",
+                "operationId": "listEvents",
+                "parameters": [
+                    {
+                        "enum": [
+                            "payment.processing",
+                            "payment.succeeded",
+                            "payment.failed",
+                            "payment.requires_review",
+                            "refund.succeeded",
+                            "refund.failed"
+                        ],
+                        "type": "string",
+                        "description": "Only this type",
+                        "name": "type",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "Created at or after (RFC 3339)",
+                        "name": "created_from",
+                        "in": "query"
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/EventPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/events/{id}": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Get an event",
+                "operationId": "getEvent",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Event id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/Event"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "event_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/events/{id}/redeliver": {
+            "post": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "Enqueues the event again for every endpoint that takes its type now (same webhook-id).",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Redeliver an event",
+                "operationId": "redeliverEvent",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Event id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "redeliver-1",
+                        "description": "One key per redelivery",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "202": {
+                        "description": "Accepted",
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": true
+                        }
+                    },
+                    "400": {
+                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "event_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/v1/me": {
             "get": {
                 "security": [
@@ -1566,6 +1782,499 @@ const docTemplate = `{
                 }
             }
         },
+        "/v1/webhook_endpoints": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "The caller's endpoints (at most 16), oldest first; never their secrets.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "List webhook endpoints",
+                "operationId": "listWebhookEndpoints",
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpointList"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            },
+            "post": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "Registers a URL to receive events as Standard Webhooks (webhook-id, webhook-timestamp,\nwebhook-signature: v1,base64 HMAC-SHA256 of \"id.timestamp.body\" under the secret's key). ` + "`" + `events` + "`" + `\nlists the types to receive (empty or absent: all). The ` + "`" + `secret` + "`" + ` (whsec_…) is in this answer only.\nIn production the URL must be https and must not reach a private, loopback or link-local address.",
+                "consumes": [
+                    "application/json"
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Create a webhook endpoint",
+                "operationId": "createWebhookEndpoint",
+                "parameters": [
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "we-create-1",
+                        "description": "One key per endpoint to create",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    },
+                    {
+                        "description": "The endpoint",
+                        "name": "request",
+                        "in": "body",
+                        "required": true,
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpointRequest"
+                        }
+                    }
+                ],
+                "responses": {
+                    "201": {
+                        "description": "created; secret shown once",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpoint"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request, idempotency_key_missing, idempotency_key_invalid: nothing created",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/webhook_endpoints/{id}": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Get a webhook endpoint",
+                "operationId": "getWebhookEndpoint",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpoint"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            },
+            "delete": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Delete a webhook endpoint",
+                "operationId": "deleteWebhookEndpoint",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "we-delete-1",
+                        "description": "One key per deletion",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": true
+                        }
+                    },
+                    "400": {
+                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            },
+            "patch": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "Changes url, events, description, or disabled (true stops deliveries; false re-enables and ends a failing streak).",
+                "consumes": [
+                    "application/json"
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Update a webhook endpoint",
+                "operationId": "updateWebhookEndpoint",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "we-update-1",
+                        "description": "One key per change",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    },
+                    {
+                        "description": "What to change",
+                        "name": "request",
+                        "in": "body",
+                        "required": true,
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpointRequest"
+                        }
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpoint"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request, idempotency_key_missing, idempotency_key_invalid",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/webhook_endpoints/{id}/deliveries": {
+            "get": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "Every attempt, newest first: time, status code, latency, error and outcome.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "List an endpoint's deliveries",
+                "operationId": "listWebhookDeliveries",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookDeliveryPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/v1/webhook_endpoints/{id}/rotate_secret": {
+            "post": {
+                "security": [
+                    {
+                        "BearerAuth": []
+                    }
+                ],
+                "description": "A new secret, shown in this answer only; for 24 hours deliveries carry a signature under each secret\n(space-separated in webhook-signature), so a receiver can switch over.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "webhooks"
+                ],
+                "summary": "Rotate a webhook endpoint's secret",
+                "operationId": "rotateWebhookEndpointSecret",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maxLength": 255,
+                        "minLength": 1,
+                        "type": "string",
+                        "x-example": "we-rotate-1",
+                        "description": "One key per rotation",
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "rotated; the new secret shown once",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpoint"
+                        }
+                    },
+                    "400": {
+                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "invalid_token",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/v1/webhooks/{provider}/{tenant_id}": {
             "post": {
                 "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored.",
@@ -2285,6 +2994,69 @@ const docTemplate = `{
                 }
             }
         },
+        "Event": {
+            "type": "object",
+            "required": [
+                "created_at",
+                "data",
+                "id",
+                "object",
+                "type"
+            ],
+            "properties": {
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "data": {
+                    "description": "Data.object is the payment or refund as GET returns it, at the transition.",
+                    "type": "object",
+                    "additionalProperties": {}
+                },
+                "id": {
+                    "type": "string",
+                    "example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "event"
+                },
+                "type": {
+                    "type": "string",
+                    "enum": [
+                        "payment.processing",
+                        "payment.succeeded",
+                        "payment.failed",
+                        "payment.requires_review",
+                        "refund.succeeded",
+                        "refund.failed"
+                    ],
+                    "example": "payment.succeeded"
+                }
+            }
+        },
+        "EventPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string"
+                }
+            }
+        },
         "FieldError": {
             "type": "object",
             "required": [
@@ -2856,6 +3628,188 @@ const docTemplate = `{
                         "suspended"
                     ],
                     "example": "suspended"
+                }
+            }
+        },
+        "WebhookDelivery": {
+            "type": "object",
+            "required": [
+                "at",
+                "attempt",
+                "endpoint_id",
+                "event_id",
+                "id",
+                "latency_ms",
+                "outcome",
+                "status_code"
+            ],
+            "properties": {
+                "at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "attempt": {
+                    "type": "integer",
+                    "example": 1
+                },
+                "endpoint_id": {
+                    "type": "string",
+                    "example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "error": {
+                    "type": "string",
+                    "example": "timeout after 10s"
+                },
+                "event_id": {
+                    "type": "string",
+                    "example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "id": {
+                    "type": "string",
+                    "example": "dlv_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "latency_ms": {
+                    "type": "integer",
+                    "example": 84
+                },
+                "outcome": {
+                    "description": "Outcome: delivered (a 2xx), retrying (another attempt is scheduled),\nfailed (the last attempt failed), or skipped (the endpoint was\ndisabled or deleted meanwhile).",
+                    "type": "string",
+                    "enum": [
+                        "delivered",
+                        "retrying",
+                        "failed",
+                        "skipped"
+                    ],
+                    "example": "delivered"
+                },
+                "status_code": {
+                    "type": "integer",
+                    "example": 200
+                }
+            }
+        },
+        "WebhookDeliveryPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/WebhookDelivery"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string"
+                }
+            }
+        },
+        "WebhookEndpoint": {
+            "type": "object",
+            "required": [
+                "created_at",
+                "disabled",
+                "events",
+                "id",
+                "object",
+                "updated_at",
+                "url"
+            ],
+            "properties": {
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "description": {
+                    "type": "string",
+                    "example": "Order service"
+                },
+                "disabled": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "events": {
+                    "type": "array",
+                    "items": {
+                        "type": "string"
+                    },
+                    "example": [
+                        "payment.succeeded",
+                        "payment.failed"
+                    ]
+                },
+                "failing_since": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "id": {
+                    "type": "string",
+                    "example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "webhook_endpoint"
+                },
+                "secret": {
+                    "description": "Secret is shown once: in the answer that created or rotated it.",
+                    "type": "string",
+                    "example": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time"
+                },
+                "url": {
+                    "type": "string",
+                    "example": "https://shop.example.com/oncepay/webhooks"
+                }
+            }
+        },
+        "WebhookEndpointList": {
+            "type": "object",
+            "required": [
+                "data"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/WebhookEndpoint"
+                    }
+                }
+            }
+        },
+        "WebhookEndpointRequest": {
+            "type": "object",
+            "properties": {
+                "description": {
+                    "type": "string",
+                    "example": "Order service"
+                },
+                "disabled": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "events": {
+                    "type": "array",
+                    "items": {
+                        "type": "string"
+                    },
+                    "example": [
+                        "payment.succeeded",
+                        "payment.failed"
+                    ]
+                },
+                "url": {
+                    "type": "string",
+                    "example": "https://shop.example.com/oncepay/webhooks"
                 }
             }
         },
