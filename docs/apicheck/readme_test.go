@@ -189,14 +189,7 @@ func TestClientREADMEExampleRuns(t *testing.T) {
 	blocks := fencedBlocks(t, filepath.Join(root, "payments", "client", "README.md"), "go")
 	require.Len(t, blocks, 1, "the example program")
 
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(blocks[0].Code), 0o644))
-	gomod := "module readmeexample\n\ngo 1.26.0\n\nrequire github.com/oncepay/gateway v0.0.0\n\nreplace github.com/oncepay/gateway => " + root + "\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
-
+	dir := program(t, root, blocks[0].Code)
 	g := apptest.Start(t)
 	m := g.Onboard(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -208,4 +201,76 @@ func TestClientREADMEExampleRuns(t *testing.T) {
 	require.NoError(t, err, "the example failed:\n%s", out)
 	require.Contains(t, string(out), "paid: pay_")
 	require.Contains(t, string(out), " 5000 NGN succeeded", "the listing")
+}
+
+// program writes code as a module of its own beside the gateway's
+// checkout (its go.sum, a replace to it) and returns the directory.
+func program(t *testing.T, root, code string) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(code), 0o644))
+	gomod := "module readmeexample\n\ngo 1.26.0\n\nrequire github.com/oncepay/gateway v0.0.0\n\nreplace github.com/oncepay/gateway => " + root + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
+	return dir
+}
+
+// TestREADMEReceiverRuns runs the README's webhook receiver (on a free
+// port instead of 9000) against a real gateway: a signed delivery is
+// logged, a forged one is refused.
+func TestREADMEReceiverRuns(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	blocks := fencedBlocks(t, filepath.Join(root, "README.md"), "go")
+	require.Len(t, blocks, 1, "the receiver")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	require.Contains(t, blocks[0].Code, `"localhost:9000"`)
+	dir := program(t, root, strings.Replace(blocks[0].Code, `"localhost:9000"`, `"`+addr+`"`, 1))
+
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	r := g.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"http://`+addr+`/hooks"}`),
+		"Authorization", "Bearer "+m.Token, "Idempotency-Key", "hooks-1")
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	secret := r.JSON(t)["secret"].(string)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "-mod=mod", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "WEBHOOK_SECRET="+secret)
+	out := &apptest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go run and the program: one group to stop
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	deadline := time.Now().Add(2 * time.Minute) // the first run compiles it
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the receiver did not listen:\n%s", out.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	forged, err := http.Post("http://"+addr+"/hooks", "application/json", strings.NewReader(`{"type":"payment.succeeded"}`))
+	require.NoError(t, err)
+	forged.Body.Close()
+	require.Equal(t, http.StatusBadRequest, forged.StatusCode, "an unsigned delivery is refused")
+
+	paid := g.Pay(m, "order-1", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+	require.Equal(t, http.StatusCreated, paid.StatusCode, string(paid.Body))
+	id := paid.JSON(t)["id"].(string)
+	deadline = time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), "payment.succeeded") {
+		require.False(t, time.Now().After(deadline), "the receiver logged no event:\n%s", out.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Contains(t, out.String(), id)
 }
