@@ -50,11 +50,15 @@ func TestVerifyWebhook(t *testing.T) {
 	}{
 		"OtherSecret": {other, signed(t, []string{secret}, "evt_1", now, body), body, ErrWebhookSignature},
 		"AlteredBody": {secret, signed(t, []string{secret}, "evt_1", now, body), append([]byte(" "), body...), ErrWebhookSignature},
-		"OtherID":     {secret, func() http.Header { h := signed(t, []string{secret}, "evt_1", now, body); h.Set("webhook-id", "evt_2"); return h }(), body, ErrWebhookSignature},
-		"Replayed":    {secret, signed(t, []string{secret}, "evt_1", now.Add(-10*time.Minute), body), body, ErrWebhookTimestamp},
-		"Future":      {secret, signed(t, []string{secret}, "evt_1", now.Add(10*time.Minute), body), body, ErrWebhookTimestamp},
-		"NoHeaders":   {secret, http.Header{}, body, ErrWebhookHeaders},
-		"BadSecret":   {"sk_live_nope", signed(t, []string{secret}, "evt_1", now, body), body, ErrWebhookSecret},
+		"OtherID": {secret, func() http.Header {
+			h := signed(t, []string{secret}, "evt_1", now, body)
+			h.Set("webhook-id", "evt_2")
+			return h
+		}(), body, ErrWebhookSignature},
+		"Replayed":  {secret, signed(t, []string{secret}, "evt_1", now.Add(-10*time.Minute), body), body, ErrWebhookTimestamp},
+		"Future":    {secret, signed(t, []string{secret}, "evt_1", now.Add(10*time.Minute), body), body, ErrWebhookTimestamp},
+		"NoHeaders": {secret, http.Header{}, body, ErrWebhookHeaders},
+		"BadSecret": {"sk_live_nope", signed(t, []string{secret}, "evt_1", now, body), body, ErrWebhookSecret},
 	}
 	for name, c := range cases {
 		_, err := VerifyWebhook(c.secret, c.h, c.body)
