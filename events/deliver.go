@@ -152,10 +152,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		},
 		FetchPollInterval: 200 * time.Millisecond,
 		JobTimeout:        attemptTimeout + 5*time.Second,
-		// A delivery whose instance died mid-attempt is retried after a
-		// minute (River's default waits an hour); its rescuer looks every
-		// 30 s.
-		RescueStuckJobsAfter: time.Minute,
+		// A delivery whose instance died mid-attempt is retried once it
+		// has run 30 s (an attempt ends within JobTimeout, 15 s; River's
+		// default waits an hour); its rescuer looks every 30 s.
+		RescueStuckJobsAfter: 30 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)

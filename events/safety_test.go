@@ -13,6 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
 )
 
 func TestPublicAddress(t *testing.T) {
@@ -148,5 +151,31 @@ func FuzzParseCursor(f *testing.F) {
 		if wellFormed("evt_", c.ID) && !utf8.ValidString(c.ID) {
 			t.Fatalf("well-formed id %q is not UTF-8", c.ID)
 		}
+	})
+}
+
+func TestPurgeKeepsThirtyDays(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
+VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, time.Now().UTC(), time.Now().UTC()).Error)
+		em := NewEmitter(nil)
+		emit := func(obj string) {
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+				return em.Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: obj, Object: map[string]any{"id": obj}})
+			}))
+		}
+		emit("pay_old")
+		emit("pay_old_unsent")
+		require.NoError(t, db.Exec(`UPDATE events SET enqueued_at = created_at WHERE object_id = 'pay_old'`).Error)
+		dbtest.Age(t, db, Retention+time.Hour, "events", "created_at", "enqueued_at")
+		emit("pay_new")
+		n, err := NewStore(db).purge(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		var left []string
+		require.NoError(t, db.Table("events").Order("object_id").Pluck("object_id", &left).Error)
+		require.Equal(t, []string{"pay_new", "pay_old_unsent"}, left, "a recent event stays, and so does one not yet handed to the queue")
 	})
 }

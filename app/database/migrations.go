@@ -287,6 +287,12 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX webhook_deliveries_endpoint_idx ON webhook_deliveries (merchant_id, endpoint_id, at, id);
 CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (merchant_id, event_id, at);`},
+	// A provider's refund event may name only the charge's own transaction
+	// id (payments.Store.GetByTransactionID): found by index, not by a scan
+	// of the merchant's payments.
+	{11, "payments_by_provider_transaction", `
+CREATE INDEX payments_provider_transaction_idx ON payments (merchant_id, provider, provider_transaction_id)
+	WHERE provider_transaction_id <> '';`},
 }
 
 func render(d Dialect, sql string) string {

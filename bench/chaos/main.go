@@ -66,30 +66,32 @@ import (
 const providerSecret = "sk_test_oncepay_chaos_000000000000000000"
 
 type options struct {
-	gateway, provider, db string
-	long                  bool
-	merchants, payments   int
-	clients, kills        int
-	declineEvery          int
-	dropRate              float64
-	provLatency           time.Duration
-	provFail, provCut     float64
-	provLate              float64
-	landAfter             time.Duration
-	recheckAfter          time.Duration
-	patientEvery          int
-	abandonEvery          int
-	patience              time.Duration
-	pgRestart             bool
-	instances             int
-	skew                  time.Duration
-	haproxy               string
-	redis                 string
-	replays               int
-	tamperEvery           int
-	settleWait            time.Duration
-	keepLogs              bool
-	providerFlags         string
+	gateway, provider, db         string
+	long                          bool
+	merchants, payments           int
+	clients, kills                int
+	declineEvery                  int
+	dropRate                      float64
+	provLatency                   time.Duration
+	provFail, provCut             float64
+	provLate                      float64
+	landAfter                     time.Duration
+	recheckAfter                  time.Duration
+	patientEvery                  int
+	abandonEvery                  int
+	patience                      time.Duration
+	pgRestart                     bool
+	instances                     int
+	skew                          time.Duration
+	haproxy                       string
+	redis                         string
+	replays                       int
+	tamperEvery                   int
+	settleWait                    time.Duration
+	hookFail, hookDrop, hookDelay float64
+	hookWait                      time.Duration
+	keepLogs                      bool
+	providerFlags                 string
 }
 
 func main() {
@@ -121,6 +123,10 @@ func main() {
 	flag.IntVar(&o.tamperEvery, "tamper-every", 0, "the proxy alters every n-th replayed answer, to check that the audit catches answers that differ (0: never)")
 	flag.IntVar(&o.replays, "replays", 2, "requests a client sends again after its final answer, to compare instances' answers")
 	flag.DurationVar(&o.settleWait, "settle-wait", 60*time.Second, "how long to wait for the sweeper after the clients finish")
+	flag.Float64Var(&o.hookFail, "hook-fail-rate", 0.2, "share of webhook deliveries the merchants' receiver answers 500")
+	flag.Float64Var(&o.hookDrop, "hook-drop-rate", 0.1, "share of webhook deliveries whose answer the receiver drops (closes the connection)")
+	flag.Float64Var(&o.hookDelay, "hook-delay-rate", 0.1, "share of webhook deliveries the receiver answers late (up to 2s)")
+	flag.DurationVar(&o.hookWait, "hook-wait", 2*time.Minute, "how long to wait for the last webhook deliveries after the ledger settled")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
 	flag.StringVar(&o.providerFlags, "provider-flags", "", "extra flags for the fake provider, e.g. -no-dedupe to check that the audit fails")
 	flag.Parse()
@@ -274,7 +280,8 @@ func run(ctx context.Context, o options) (int, error) {
 		"REVIEW_AFTER":     "1h",
 		"SHUTDOWN_TIMEOUT": "5s",
 		// JSON, so the audit can read which payments the gateway re-opened.
-		"LOG_FORMAT": "json",
+		"LOG_FORMAT":             "json",
+		"WEBHOOK_RETRY_SCHEDULE": hookRetries,
 	} {
 		base[k] = v
 	}
@@ -349,6 +356,20 @@ func run(ctx context.Context, o options) (int, error) {
 			return 0, err
 		}
 		merchants[i] = &merchant{Merchant: m}
+	}
+
+	// The merchants' webhook receiver, and each merchant's endpoint on it.
+	hk := newHooks(o.hookFail, o.hookDrop, o.hookDelay, 2*time.Second)
+	hkLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	go func() { _ = hk.serve(hkLn) }()
+	defer hkLn.Close()
+	for _, m := range merchants {
+		if err := hk.register(ctx, admin, gwURL, "http://"+hkLn.Addr().String(), m); err != nil {
+			return 0, err
+		}
 	}
 
 	px := newProxy(lbURL, o.dropRate)
@@ -547,7 +568,18 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	violations = append(violations, rep.violations...)
+	if left, err := waitDelivered(ctx, conn, o.hookWait); err != nil {
+		return 0, err
+	} else if left > 0 {
+		logf("after %s: %d webhook deliveries still pending", o.hookWait, left)
+	}
+	hrep, err := auditEvents(ctx, conn, hk)
+	if err != nil {
+		return 0, err
+	}
+	violations = append(violations, hrep.violations...)
 	rep.print(o, instances, killed, kills, pgRestarts, px)
+	hrep.print(hk)
 	for i, v := range violations {
 		if i == 50 {
 			fmt.Printf("  … and %d more\n", len(violations)-50)
