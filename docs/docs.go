@@ -994,8 +994,7 @@ const docTemplate = `{
                     "202": {
                         "description": "Accepted",
                         "schema": {
-                            "type": "object",
-                            "additionalProperties": true
+                            "$ref": "#/definitions/EventRedelivery"
                         }
                     },
                     "400": {
@@ -1992,8 +1991,7 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "type": "object",
-                            "additionalProperties": true
+                            "$ref": "#/definitions/WebhookEndpointDeleted"
                         }
                     },
                     "400": {
@@ -3045,7 +3043,7 @@ const docTemplate = `{
                 "data": {
                     "type": "array",
                     "items": {
-                        "type": "object"
+                        "$ref": "#/definitions/Event"
                     }
                 },
                 "has_more": {
@@ -3054,6 +3052,23 @@ const docTemplate = `{
                 },
                 "next_cursor": {
                     "type": "string"
+                }
+            }
+        },
+        "EventRedelivery": {
+            "type": "object",
+            "required": [
+                "endpoints",
+                "event_id"
+            ],
+            "properties": {
+                "endpoints": {
+                    "type": "integer",
+                    "example": 1
+                },
+                "event_id": {
+                    "type": "string",
+                    "example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
                 }
             }
         },
@@ -3769,6 +3784,28 @@ const docTemplate = `{
                 "url": {
                     "type": "string",
                     "example": "https://shop.example.com/oncepay/webhooks"
+                }
+            }
+        },
+        "WebhookEndpointDeleted": {
+            "type": "object",
+            "required": [
+                "deleted",
+                "id",
+                "object"
+            ],
+            "properties": {
+                "deleted": {
+                    "type": "boolean",
+                    "example": true
+                },
+                "id": {
+                    "type": "string",
+                    "example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "webhook_endpoint"
                 }
             }
         },

@@ -202,6 +202,13 @@ func (s *Service) UpdateEndpoint(ctx context.Context, keys *idempotency.Store, c
 	})
 }
 
+// Deleted is the answer of a delete.
+type Deleted struct {
+	ID      string `json:"id" example:"we_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
+	Object  string `json:"object" example:"webhook_endpoint"`
+	Deleted bool   `json:"deleted" example:"true"`
+} // @name WebhookEndpointDeleted
+
 // DeleteEndpoint removes an endpoint; its pending deliveries are skipped.
 func (s *Service) DeleteEndpoint(ctx context.Context, keys *idempotency.Store, claim idempotency.Claim, merchantID, id string) (idempotency.Response, error) {
 	return s.mutate(ctx, keys, claim, func(tx *gorm.DB) (idempotency.Response, error) {
@@ -210,7 +217,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, keys *idempotency.Store, c
 		} else if err != nil {
 			return idempotency.Response{}, err
 		}
-		return answer(fiber.StatusOK, map[string]any{"id": id, "object": "webhook_endpoint", "deleted": true})
+		return answer(fiber.StatusOK, Deleted{ID: id, Object: "webhook_endpoint", Deleted: true})
 	})
 }
 
@@ -240,6 +247,13 @@ func (s *Service) RotateSecret(ctx context.Context, keys *idempotency.Store, cla
 	})
 }
 
+// Redelivery is the answer of a redeliver: the event, and how many
+// endpoints it was enqueued to.
+type Redelivery struct {
+	EventID   string `json:"event_id" example:"evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
+	Endpoints int    `json:"endpoints" example:"1"`
+} // @name EventRedelivery
+
 // Redeliver enqueues an event again to every endpoint that takes it now.
 func (s *Service) Redeliver(ctx context.Context, keys *idempotency.Store, claim idempotency.Claim, merchantID, id string) (idempotency.Response, error) {
 	return s.mutate(ctx, keys, claim, func(tx *gorm.DB) (idempotency.Response, error) {
@@ -263,7 +277,7 @@ func (s *Service) Redeliver(ctx context.Context, keys *idempotency.Store, claim 
 		if err := s.enqueue(ctx, tx, merchantID, ev.ID, jobs); err != nil {
 			return idempotency.Response{}, err
 		}
-		return answer(fiber.StatusAccepted, map[string]any{"event_id": ev.ID, "endpoints": len(jobs)})
+		return answer(fiber.StatusAccepted, Redelivery{EventID: ev.ID, Endpoints: len(jobs)})
 	})
 }
 

@@ -219,7 +219,7 @@ func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
 // @Security     BearerAuth
 // @Param        id path string true "Endpoint id" extensions(x-example=we_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Param        Idempotency-Key header string true "One key per deletion" minLength(1) maxLength(255) extensions(x-example=we-delete-1)
-// @Success      200 {object} map[string]any
+// @Success      200 {object} Deleted
 // @Failure      400 {object} problem.Problem "idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
@@ -332,12 +332,19 @@ func (h *Handler) deliveries(c *fiber.Ctx) error {
 	return c.JSON(out)
 }
 
-// EventPage is one page of events.
+// EventPage documents one page of events (eventPage is what is sent:
+// the stored bodies, byte for byte).
 type EventPage struct {
-	Data       []json.RawMessage `json:"data" swaggertype:"array,object"`
-	HasMore    bool              `json:"has_more" example:"false"`
-	NextCursor string            `json:"next_cursor,omitempty"`
+	Data       []EventBody `json:"data"`
+	HasMore    bool        `json:"has_more" example:"false"`
+	NextCursor string      `json:"next_cursor,omitempty"`
 } // @name EventPage
+
+type eventPage struct {
+	Data       []json.RawMessage `json:"data"`
+	HasMore    bool              `json:"has_more"`
+	NextCursor string            `json:"next_cursor,omitempty"`
+}
 
 // EventBody documents an event as delivered and listed.
 type EventBody struct {
@@ -387,7 +394,7 @@ func (h *Handler) list(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := EventPage{Data: make([]json.RawMessage, 0, len(rows))}
+	out := eventPage{Data: make([]json.RawMessage, 0, len(rows))}
 	if len(rows) > p.Limit {
 		out.HasMore, rows = true, rows[:p.Limit]
 		last := rows[len(rows)-1]
@@ -438,7 +445,7 @@ func (h *Handler) get(c *fiber.Ctx) error {
 // @Security     BearerAuth
 // @Param        id path string true "Event id" extensions(x-example=evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Param        Idempotency-Key header string true "One key per redelivery" minLength(1) maxLength(255) extensions(x-example=redeliver-1)
-// @Success      202 {object} map[string]any
+// @Success      202 {object} Redelivery
 // @Failure      400 {object} problem.Problem "idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "event_not_found"

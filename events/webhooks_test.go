@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -336,4 +337,45 @@ func ageAndSweep(t *testing.T, g *apptest.Gateway) {
 	dbtest.Age(t, g.App.DB(), time.Hour, "idempotency_keys", "locked_until", "created_at", "attempted_at", "looked_up_at", "completed_at")
 	_, err := g.App.Scheduler.Sweeper().RunOnce(context.Background())
 	require.NoError(t, err)
+}
+
+// TestASlowEndpointDoesNotStarveTheOthers: one merchant's receiver hangs;
+// at most 4 of its deliveries are in flight on an instance, and another
+// merchant's events are delivered meanwhile.
+func TestASlowEndpointDoesNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	slow, fast := g.Onboard(nil), g.Onboard(nil)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(8 * time.Second): // under the 10 s attempt timeout
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	}))
+	defer hang.Close()
+	defer close(release)
+	endpoint(t, g, slow, hang.URL)
+	rcv := newReceiver(t, nil)
+	endpoint(t, g, fast, rcv.URL)
+
+	for i := range 10 {
+		require.Equal(t, http.StatusCreated, g.Pay(slow, fmt.Sprintf("slow-%d", i), pay("sim_success", 5000)).StatusCode)
+	}
+	waitFor(t, "the slow receiver's share in flight", func() bool { mu.Lock(); defer mu.Unlock(); return inFlight == 4 })
+	require.Equal(t, http.StatusCreated, g.Pay(fast, "fast-1", pay("sim_success", 5000)).StatusCode)
+	waitFor(t, "the other merchant's event", func() bool { return len(rcv.got()) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 4, inFlight, "still hanging: the other merchant did not wait for them")
+	require.LessOrEqual(t, most, 4, "at most 4 deliveries to one endpoint at once on an instance")
 }

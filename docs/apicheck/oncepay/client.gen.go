@@ -751,11 +751,20 @@ type EventType string
 
 // EventPage defines model for EventPage.
 type EventPage struct {
-	Data []map[string]interface{} `json:"data"`
+	Data []Event `json:"data"`
 
 	// HasMore Example: false
 	HasMore    bool    `json:"has_more"`
 	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// EventRedelivery defines model for EventRedelivery.
+type EventRedelivery struct {
+	// Endpoints Example: 1
+	Endpoints int `json:"endpoints"`
+
+	// EventId Example: evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0
+	EventId string `json:"event_id"`
 }
 
 // FieldError defines model for FieldError.
@@ -1148,6 +1157,18 @@ type WebhookEndpoint struct {
 
 	// Url Example: https://shop.example.com/oncepay/webhooks
 	Url string `json:"url"`
+}
+
+// WebhookEndpointDeleted defines model for WebhookEndpointDeleted.
+type WebhookEndpointDeleted struct {
+	// Deleted Example: true
+	Deleted bool `json:"deleted"`
+
+	// Id Example: we_0f1e2d3c4b5a69788796a5b4c3d2e1f0
+	Id string `json:"id"`
+
+	// Object Example: webhook_endpoint
+	Object string `json:"object"`
 }
 
 // WebhookEndpointList defines model for WebhookEndpointList.
@@ -5998,7 +6019,7 @@ type RedeliverEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
-	JSON202 *map[string]interface{}
+	JSON202 *EventRedelivery
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -6024,7 +6045,7 @@ type RedeliverEventResponse struct {
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
-func (r RedeliverEventResponse) GetJSON202() *map[string]interface{} {
+func (r RedeliverEventResponse) GetJSON202() *EventRedelivery {
 	return r.JSON202
 }
 
@@ -7353,7 +7374,7 @@ type DeleteWebhookEndpointResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *map[string]interface{}
+	JSON200 *WebhookEndpointDeleted
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -7379,7 +7400,7 @@ type DeleteWebhookEndpointResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r DeleteWebhookEndpointResponse) GetJSON200() *map[string]interface{} {
+func (r DeleteWebhookEndpointResponse) GetJSON200() *WebhookEndpointDeleted {
 	return r.JSON200
 }
 
@@ -9980,7 +10001,7 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
-		var dest map[string]interface{}
+		var dest EventRedelivery
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11554,7 +11575,7 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest map[string]interface{}
+		var dest WebhookEndpointDeleted
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
