@@ -41,9 +41,12 @@ const (
 	// disableAfter is how long an endpoint may fail without a success
 	// before it is disabled.
 	disableAfter = 5 * 24 * time.Hour
-	// perEndpoint bounds an instance's concurrent deliveries to one
-	// endpoint, so one slow merchant cannot take every worker.
+	// perEndpoint and perMerchant bound an instance's concurrent
+	// deliveries to one endpoint and to one merchant's endpoints, so one
+	// slow merchant cannot take every worker (workers of them).
 	perEndpoint = 4
+	perMerchant = 8
+	maxWorkers  = 32
 	queue       = "webhooks"
 )
 
@@ -94,7 +97,7 @@ type Service struct {
 	client *http.Client
 
 	mu   sync.Mutex
-	busy map[string]int // endpoint id → deliveries in flight here
+	busy map[string]int // endpoint or merchant id → deliveries in flight here
 }
 
 // New builds the service and its queue (migrating River's tables). Start
@@ -140,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}))
 	s.river, err = river.NewClient(driver, &river.Config{
 		Logger:  quiet(cfg.Log),
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}, queue: {MaxWorkers: 16}},
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}, queue: {MaxWorkers: maxWorkers}},
 		Workers: workers,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.RelayEvery), func() (river.JobArgs, *river.InsertOpts) {
@@ -231,7 +234,8 @@ func (s *Service) Relay(ctx context.Context) error {
 			return s.store.markEnqueued(ctx, tx, m, ids)
 		})
 		if err != nil {
-			return err
+			// The others' events go on; this merchant's wait for the next run.
+			s.cfg.Log.WarnContext(ctx, "events not handed to the queue; retried next run", "merchant_id", m, "err", err)
 		}
 	}
 	return nil
@@ -301,15 +305,20 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 	if errors.Is(err, ErrNotFound) || (err == nil && ep.DisabledAt != nil) {
 		s.record(ctx, &Delivery{MerchantID: a.MerchantID, EndpointID: a.EndpointID, EventID: a.EventID, Attempt: attempt,
 			Outcome: "skipped", Error: "the endpoint was disabled or deleted"})
+		if s.cfg.Observe != nil {
+			s.cfg.Observe("skipped", 0)
+		}
 		return river.JobCancel(errors.New("events: endpoint gone"))
 	}
 	if err != nil {
 		return err
 	}
-	if !s.take(ep.ID) {
-		return river.JobSnooze(time.Second) // this endpoint has its share of workers here
+	if !s.take(ep.MerchantID, ep.ID) {
+		// This endpoint (or merchant) has its share of workers here: back
+		// off 1–5 s, spread, so a backlog does not churn the queue.
+		return river.JobSnooze(time.Second + rand.N(4*time.Second))
 	}
-	defer s.give(ep.ID)
+	defer s.give(ep.MerchantID, ep.ID)
 	secrets, err := s.secrets(&ep)
 	if err != nil {
 		return err
@@ -338,13 +347,14 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 		_ = resp.Body.Close()
 		d.StatusCode = resp.StatusCode
 	}
-	d.LatencyMS = time.Since(start).Milliseconds()
+	took := time.Since(start)
+	d.LatencyMS = took.Milliseconds()
 	ok := err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300
 	switch {
 	case ok:
 		d.Outcome = "delivered"
 	case err != nil:
-		d.Error = deliveryError(err)
+		d.Error = deliveryError(err, s.cfg.Production)
 	default:
 		d.Error = fmt.Sprintf("answered %d", resp.StatusCode)
 	}
@@ -360,13 +370,17 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 	}
 	s.record(ctx, &d)
 	if s.cfg.Observe != nil {
-		s.cfg.Observe(d.Outcome, time.Since(start))
+		s.cfg.Observe(d.Outcome, took)
 	}
 	switch {
+	case ok:
+		// Delivered: a failed bookkeeping write must not send it again.
+		if herr != nil {
+			s.cfg.Log.WarnContext(ctx, "webhook endpoint health not recorded", "endpoint_id", ep.ID, "err", herr)
+		}
+		return nil
 	case herr != nil:
 		return herr
-	case ok:
-		return nil
 	case disabled:
 		return river.JobCancel(errors.New("events: endpoint disabled"))
 	}
@@ -375,13 +389,16 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 
 // deliveryError is a transport error as the deliveries log shows it: the
 // kind, never the receiver's body.
-func deliveryError(err error) string {
+func deliveryError(err error, production bool) string {
 	var ne net.Error
+	var dns *net.DNSError
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return "timeout after 10s"
-	case errors.Is(err, errForbiddenAddress):
-		return "the endpoint resolves to an address deliveries may not reach"
+	case errors.Is(err, errForbiddenAddress), production && errors.As(err, &dns):
+		// One answer for both in production: which internal names exist
+		// is not the merchant's to probe.
+		return "the endpoint resolves to no address deliveries may reach"
 	}
 	msg := err.Error()
 	if len(msg) > 200 {
@@ -394,32 +411,34 @@ func deliveryError(err error) string {
 // failing streak; a failure starts one, and one 5 days long disables the
 // endpoint (an audit event says so).
 func (s *Service) health(ctx context.Context, ep *Endpoint, ok bool) (disabled bool, err error) {
-	db := s.cfg.DB.WithContext(ctx)
-	if ok {
-		if ep.FailingSince == nil {
-			return false, nil
-		}
-		return false, s.store.updateEndpoint(ctx, nil, ep.MerchantID, ep.ID, map[string]any{"failing_since": nil})
-	}
 	now := s.cfg.Now().UTC()
-	if ep.FailingSince == nil {
-		return false, s.store.updateEndpoint(ctx, nil, ep.MerchantID, ep.ID, map[string]any{"failing_since": now})
+	if ok {
+		return false, s.store.endStreak(ctx, ep.MerchantID, ep.ID)
 	}
-	if now.Sub(*ep.FailingSince) < disableAfter {
+	if err := s.store.startStreak(ctx, ep.MerchantID, ep.ID, now); err != nil {
+		return false, err
+	}
+	if ep.FailingSince == nil || now.Sub(*ep.FailingSince) < disableAfter {
 		return false, nil
 	}
-	err = db.Transaction(func(tx *gorm.DB) error {
-		if err := s.store.updateEndpoint(ctx, tx, ep.MerchantID, ep.ID, map[string]any{"disabled_at": now, "updated_at": now}); err != nil {
+	// Conditional on the row as it is now, not the snapshot this attempt
+	// read: concurrent failures disable (and audit) once, and a success
+	// or a merchant's re-enable meanwhile wins.
+	err = s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if disabled, err = s.store.disableFailing(ctx, tx, ep.MerchantID, ep.ID, now, now.Add(-disableAfter)); err != nil || !disabled {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Change{Action: audit.EndpointDisabled, TargetType: "webhook_endpoint",
 			TargetID: ep.ID, TenantID: ep.MerchantID, Before: map[string]any{"url": ep.URL, "failing_since": ep.FailingSince},
 			After: map[string]any{"disabled": true}, Note: "failing for 5 days without a success", System: true})
 	})
-	if err == nil {
+	if err != nil {
+		return false, err
+	}
+	if disabled {
 		s.cfg.Log.WarnContext(ctx, "webhook endpoint disabled: failing for 5 days", "merchant_id", ep.MerchantID, "endpoint_id", ep.ID)
 	}
-	return err == nil, err
+	return disabled, nil
 }
 
 func (s *Service) record(ctx context.Context, d *Delivery) {
@@ -429,21 +448,24 @@ func (s *Service) record(ctx context.Context, d *Delivery) {
 	}
 }
 
-func (s *Service) take(endpointID string) bool {
+func (s *Service) take(merchantID, endpointID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.busy[endpointID] >= perEndpoint {
+	if s.busy[endpointID] >= perEndpoint || s.busy[merchantID] >= perMerchant {
 		return false
 	}
 	s.busy[endpointID]++
+	s.busy[merchantID]++
 	return true
 }
 
-func (s *Service) give(endpointID string) {
+func (s *Service) give(merchantID, endpointID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.busy[endpointID]--; s.busy[endpointID] <= 0 {
-		delete(s.busy, endpointID)
+	for _, k := range []string{endpointID, merchantID} {
+		if s.busy[k]--; s.busy[k] <= 0 {
+			delete(s.busy, k)
+		}
 	}
 }
 
@@ -496,14 +518,58 @@ func safeClient(production bool) *http.Client {
 
 // publicAddress reports whether ip is one a delivery may reach in
 // production: not loopback, private, link-local (the cloud metadata
-// address 169.254.169.254 among them), unspecified, multicast, or the
-// shared (CGNAT) range.
+// address 169.254.169.254 among them), unspecified, multicast, or one of
+// the special-purpose ranges; an IPv6 address that embeds an IPv4 one
+// (v4-mapped, v4-compatible, NAT64, 6to4) is judged by the IPv4 address
+// it reaches.
 func publicAddress(ip netip.Addr) bool {
 	ip = ip.Unmap()
-	cgnat := netip.MustParsePrefix("100.64.0.0/10")
-	return ip.IsValid() && !ip.IsLoopback() && !ip.IsPrivate() && !ip.IsLinkLocalUnicast() &&
-		!ip.IsLinkLocalMulticast() && !ip.IsUnspecified() && !ip.IsMulticast() && !ip.IsInterfaceLocalMulticast() &&
-		!cgnat.Contains(ip)
+	if v4, ok := embeddedV4(ip); ok {
+		return publicAddress(v4)
+	}
+	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() {
+		return false
+	}
+	for _, p := range specialPurpose {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+// specialPurpose are IANA special-purpose ranges a public receiver never
+// has (RFC 6890 and kin): "this network", CGNAT, IETF protocol
+// assignments (Oracle's metadata is 192.0.0.192), documentation,
+// benchmarking, reserved, site-local, Teredo, ORCHID and discard.
+var specialPurpose = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
+		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "fec0::/10", "2001::/32", "2001:10::/28", "2001:20::/28",
+		"2001:db8::/32", "100::/64"} {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}()
+
+// embeddedV4 is the IPv4 address an IPv6 one carries to: NAT64
+// (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002::/16) and the deprecated
+// v4-compatible form (::a.b.c.d).
+func embeddedV4(ip netip.Addr) (netip.Addr, bool) {
+	if !ip.Is6() {
+		return netip.Addr{}, false
+	}
+	b := ip.As16()
+	switch {
+	case netip.MustParsePrefix("64:ff9b::/96").Contains(ip), netip.MustParsePrefix("64:ff9b:1::/48").Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case netip.MustParsePrefix("2002::/16").Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case netip.MustParsePrefix("::/96").Contains(ip) && !ip.IsUnspecified() && !ip.IsLoopback():
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	}
+	return netip.Addr{}, false
 }
 
 // checkURL validates an endpoint URL: absolute, http(s) (https only in

@@ -183,9 +183,18 @@ func (s *Service) UpdateEndpoint(ctx context.Context, keys *idempotency.Store, c
 			cols["description"] = *req.Description
 		}
 		if req.Disabled != nil {
-			if *req.Disabled {
+			before, err := s.store.endpoint(ctx, tx, merchantID, id)
+			if errors.Is(err, ErrNotFound) {
+				return idempotency.Response{}, errEndpointNotFound
+			} else if err != nil {
+				return idempotency.Response{}, err
+			}
+			switch {
+			case *req.Disabled && before.DisabledAt == nil:
 				cols["disabled_at"] = now
-			} else {
+			case !*req.Disabled && before.DisabledAt != nil:
+				// Re-enabled: a fresh start. (An enabled endpoint's
+				// streak is not the merchant's to clear.)
 				cols["disabled_at"], cols["failing_since"] = nil, nil
 			}
 		}

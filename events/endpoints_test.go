@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -255,7 +256,11 @@ func TestTheBacklogIsMeasured(t *testing.T) {
 		require.NoError(t, err)
 		return b.Depth == 1 && b.OldestAge > 0
 	})
-	metrics := g.Do("GET", "/metrics", nil)
+	var metrics apptest.Response
+	waitFor(t, "the attempt counted", func() bool {
+		metrics = g.Do("GET", "/metrics", nil)
+		return regexp.MustCompile(`oncepay_webhooks_deliveries_total\{[^}]*outcome="retrying"[^}]*\} 1`).Match(metrics.Body)
+	})
 	require.Contains(t, string(metrics.Body), "oncepay_webhooks_queue_depth")
 	require.Contains(t, string(metrics.Body), "oncepay_webhooks_oldest_pending_seconds")
 	require.Regexp(t, `oncepay_webhooks_deliveries_total\{[^}]*outcome="retrying"[^}]*\} 1`, string(metrics.Body))

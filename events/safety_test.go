@@ -38,6 +38,16 @@ func TestPublicAddress(t *testing.T) {
 		"224.0.0.1":          false,
 		"::ffff:127.0.0.1":   false, // v4-mapped loopback
 		"::ffff:10.0.0.1":    false,
+		"64:ff9b::a9fe:a9fe": false, // NAT64 to the metadata address
+		"64:ff9b::5db8:d822": true,  // NAT64 to a public one
+		"2002:a00:5::1":      false, // 6to4 of 10.0.0.5
+		"::7f00:1":           false, // v4-compatible loopback
+		"192.0.0.192":        false, // Oracle Cloud metadata
+		"198.18.0.1":         false,
+		"240.0.0.1":          false,
+		"0.1.2.3":            false,
+		"fec0::1":            false,
+		"2001:db8::1":        false,
 	} {
 		require.Equal(t, public, publicAddress(netip.MustParseAddr(addr)), addr)
 	}
@@ -86,7 +96,7 @@ func TestProductionDialsOnlyPublicAddresses(t *testing.T) {
 		_, err := safeClient(true).Do(req)
 		cancel()
 		require.ErrorIs(t, err, errForbiddenAddress, u)
-		require.Equal(t, "the endpoint resolves to an address deliveries may not reach", deliveryError(err))
+		require.Equal(t, "the endpoint resolves to no address deliveries may reach", deliveryError(err, true))
 
 		req, _ = http.NewRequest(http.MethodPost, u, nil)
 		resp, err := safeClient(false).Do(req)
@@ -112,8 +122,11 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 
 func TestDeliveryErrorNamesTheKind(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "timeout after 10s", deliveryError(&net.OpError{Op: "dial", Err: timeoutErr{}}))
-	long := deliveryError(errors.New(strings.Repeat("x", 500)))
+	require.Equal(t, "timeout after 10s", deliveryError(&net.OpError{Op: "dial", Err: timeoutErr{}}, true))
+	dns := &net.DNSError{Err: "no such host", Name: "billing.internal", IsNotFound: true}
+	require.Equal(t, "the endpoint resolves to no address deliveries may reach", deliveryError(dns, true))
+	require.Contains(t, deliveryError(dns, false), "no such host", "development says what went wrong")
+	long := deliveryError(errors.New(strings.Repeat("x", 500)), false)
 	require.Len(t, long, 200, "bounded")
 }
 

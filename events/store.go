@@ -146,6 +146,27 @@ func (s *Store) updateEndpoint(ctx context.Context, tx *gorm.DB, merchantID, id 
 	return interpret("update endpoint", res.Error)
 }
 
+// endStreak ends an endpoint's failing streak (a delivery succeeded).
+func (s *Store) endStreak(ctx context.Context, merchantID, id string) error {
+	return interpret("end streak", s.db.WithContext(ctx).Exec(`UPDATE webhook_endpoints SET failing_since = NULL
+WHERE merchant_id = ? AND id = ? AND failing_since IS NOT NULL`, merchantID, id).Error)
+}
+
+// startStreak starts a failing streak at now, unless one is running.
+func (s *Store) startStreak(ctx context.Context, merchantID, id string, now time.Time) error {
+	return interpret("start streak", s.db.WithContext(ctx).Exec(`UPDATE webhook_endpoints SET failing_since = ?
+WHERE merchant_id = ? AND id = ? AND failing_since IS NULL`, now, merchantID, id).Error)
+}
+
+// disableFailing disables the endpoint if it is enabled and has failed
+// since before since; it reports whether this call disabled it.
+func (s *Store) disableFailing(ctx context.Context, tx *gorm.DB, merchantID, id string, now, since time.Time) (bool, error) {
+	res := s.exec(ctx, tx).Exec(`UPDATE webhook_endpoints SET disabled_at = ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND disabled_at IS NULL AND failing_since IS NOT NULL AND failing_since <= ?`,
+		now, now, merchantID, id, since)
+	return res.RowsAffected == 1, interpret("disable endpoint", res.Error)
+}
+
 func (s *Store) deleteEndpoint(ctx context.Context, tx *gorm.DB, merchantID, id string) error {
 	res := s.exec(ctx, tx).Where("merchant_id = ? AND id = ?", merchantID, id).Delete(&Endpoint{})
 	if res.Error == nil && res.RowsAffected == 0 {
