@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+	if err := migrateQueue(ctx, sqlDB, cfg.DB.Dialector.Name() == "postgres", migrator); err != nil {
 		return nil, fmt.Errorf("events: migrate the queue: %w", err)
 	}
 	workers := river.NewWorkers()
@@ -164,6 +164,38 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("events: %w", err)
 	}
 	return s, nil
+}
+
+// queueMigrationLock is the advisory lock instances starting together
+// take around River's migrations (the schema's own use another).
+const queueMigrationLock = 8402712
+
+// migrateQueue brings River's tables up to date. On PostgreSQL instances
+// that start together take turns: River's migrations are not safe to run
+// concurrently (two CREATE TYPEs collide in pg_type). The lock is a
+// session's, held on one connection while River migrates on others, as
+// River runs some migrations outside a transaction.
+func migrateQueue(ctx context.Context, db *sql.DB, postgres bool, m *rivermigrate.Migrator[*sql.Tx]) error {
+	if !postgres {
+		_, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Wait as long as the first instance's migrations take.
+	if _, err := conn.ExecContext(ctx, "SET lock_timeout = 0"); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout")
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", queueMigrationLock); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", queueMigrationLock)
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
 }
 
 // quiet hands River's chatter to slog one level down.

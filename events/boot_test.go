@@ -1,0 +1,44 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/secretbox"
+)
+
+// Instances deployed together all boot on a database River has never
+// seen: each migrates the queue, and none fails for another's migration.
+func TestInstancesBootTogetherOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresURL(t)
+	box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+	require.NoError(t, err)
+	const instances = 4
+	var wg sync.WaitGroup
+	errs := make([]error, instances)
+	start := make(chan struct{})
+	for i := range instances {
+		db, err := database.Open(dsn, database.Options{MaxOpenConns: 4})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = database.Close(db) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = New(context.Background(), Config{DB: db, Box: box, Schedule: []time.Duration{time.Second}})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "instance %d", i)
+	}
+}
