@@ -137,10 +137,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &deliveryWorker{s: s})
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, _ *river.Job[relayArgs]) error { return s.Relay(ctx) }))
-	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, _ *river.Job[purgeArgs]) error {
-		_, err := s.store.purge(ctx, 1000)
-		return err
-	}))
+	river.AddWorker(workers, &purgeWorker{s: s})
 	s.river, err = river.NewClient(driver, &river.Config{
 		Logger:  quiet(cfg.Log),
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}, queue: {MaxWorkers: maxWorkers}},
@@ -165,6 +162,21 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// purgeWorker deletes events and deliveries past Retention, hourly. It
+// runs longer than a delivery may (a month of a busy gateway's rows);
+// what one run leaves, the next deletes.
+type purgeWorker struct {
+	river.WorkerDefaults[purgeArgs]
+	s *Service
+}
+
+func (w *purgeWorker) Work(ctx context.Context, _ *river.Job[purgeArgs]) error {
+	_, err := w.s.store.purge(ctx, 1000)
+	return err
+}
+
+func (w *purgeWorker) Timeout(*river.Job[purgeArgs]) time.Duration { return 30 * time.Minute }
 
 // queueMigrationLock is the advisory lock instances starting together
 // take around River's migrations (the schema's own use another).

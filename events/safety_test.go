@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -184,11 +185,18 @@ VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, time.Now().UTC(), time.Now().U
 		require.NoError(t, db.Exec(`UPDATE events SET enqueued_at = created_at WHERE object_id = 'pay_old'`).Error)
 		dbtest.Age(t, db, Retention+time.Hour, "events", "created_at", "enqueued_at")
 		emit("pay_new")
+		for i, age := range []time.Duration{Retention + time.Hour, Retention + 2*time.Hour, Retention + 3*time.Hour, time.Hour} {
+			require.NoError(t, db.Exec(`INSERT INTO webhook_deliveries (merchant_id, id, endpoint_id, event_id, attempt, at, outcome)
+VALUES ('m1', ?, 'we_1', 'evt_1', 1, ?, 'delivered')`, fmt.Sprintf("whd_%d", i), time.Now().UTC().Add(-age)).Error)
+		}
 		n, err := NewStore(db).purge(ctx, 1)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 		var left []string
 		require.NoError(t, db.Table("events").Order("object_id").Pluck("object_id", &left).Error)
 		require.Equal(t, []string{"pay_new", "pay_old_unsent"}, left, "a recent event stays, and so does one not yet handed to the queue")
+		var kept []string
+		require.NoError(t, db.Table("webhook_deliveries").Pluck("id", &kept).Error)
+		require.Equal(t, []string{"whd_3"}, kept, "old deliveries go, batch after batch")
 	})
 }

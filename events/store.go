@@ -253,22 +253,32 @@ func (s *Store) purge(ctx context.Context, batch int) (int64, error) {
 	if err := db.Raw(`SELECT id FROM tenants ORDER BY id`).Scan(&merchants).Error; err != nil {
 		return 0, interpret("purge", err)
 	}
+	// Each in batches, so no statement holds many rows' locks or runs
+	// past the job's timeout.
+	batched := []struct {
+		events bool
+		sql    string
+	}{
+		{true, `DELETE FROM events WHERE merchant_id = ? AND id IN (
+  SELECT id FROM events WHERE merchant_id = ? AND created_at < ? AND enqueued_at IS NOT NULL LIMIT ?)`},
+		{false, `DELETE FROM webhook_deliveries WHERE merchant_id = ? AND id IN (
+  SELECT id FROM webhook_deliveries WHERE merchant_id = ? AND at < ? LIMIT ?)`},
+	}
 	var n int64
 	for _, m := range merchants {
-		for {
-			res := db.Exec(`DELETE FROM events WHERE merchant_id = ? AND id IN (
-  SELECT id FROM events WHERE merchant_id = ? AND created_at < ? AND enqueued_at IS NOT NULL LIMIT ?)`,
-				m, m, dbclock.Minus(db, Retention), batch)
-			if res.Error != nil {
-				return n, interpret("purge", res.Error)
+		for _, q := range batched {
+			for {
+				res := db.Exec(q.sql, m, m, dbclock.Minus(db, Retention), batch)
+				if res.Error != nil {
+					return n, interpret("purge", res.Error)
+				}
+				if q.events {
+					n += res.RowsAffected
+				}
+				if res.RowsAffected < int64(batch) {
+					break
+				}
 			}
-			n += res.RowsAffected
-			if res.RowsAffected < int64(batch) {
-				break
-			}
-		}
-		if err := db.Exec(`DELETE FROM webhook_deliveries WHERE merchant_id = ? AND at < ?`, m, dbclock.Minus(db, Retention)).Error; err != nil {
-			return n, interpret("purge", err)
 		}
 	}
 	return n, nil
