@@ -83,8 +83,22 @@ type Params struct {
 	// object was re-opened (a payment's attempts): the event of one
 	// transition is written once, however many times it is reported.
 	Attempt int
+	// Code distinguishes two transitions of one type within an attempt: a
+	// failure's code (a payment released as not_processed whose late
+	// charge then comes back declined fails again, with card_declined).
+	Code string
 	// Object is the object as GET returns it (its view), the event's data.
 	Object any
+}
+
+// dedupe is what makes p's event unique: the same transition reported
+// again (a replayed 202, a webhook and a lookup both settling) writes one.
+func (p Params) dedupe() string {
+	d := fmt.Sprintf("%s:%s:%d", p.ObjectID, p.Type, p.Attempt)
+	if p.Code != "" {
+		d += ":" + p.Code
+	}
+	return d
 }
 
 // payload is an event's body as delivered (and as GET /v1/events returns).
@@ -108,7 +122,7 @@ func build(p Params, now time.Time) (Event, error) {
 		return Event{}, fmt.Errorf("events: %w", err)
 	}
 	e := Event{MerchantID: p.MerchantID, ID: "evt_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
-		Type: p.Type, ObjectID: p.ObjectID, Dedupe: fmt.Sprintf("%s:%s:%d", p.ObjectID, p.Type, p.Attempt)}
+		Type: p.Type, ObjectID: p.ObjectID, Dedupe: p.dedupe()}
 	body, err := json.Marshal(payload{ID: e.ID, Object: "event", Type: e.Type, CreatedAt: now.UTC().Truncate(time.Millisecond),
 		Data: json.RawMessage(`{"object":` + string(obj) + `}`)})
 	if err != nil {
@@ -143,8 +157,8 @@ func NewEmitter(now func() time.Time) *Emitter {
 }
 
 // Emit writes the event of p in tx, the transaction of the transition it
-// reports. The same transition reported again (same object, type and
-// attempt) writes nothing.
+// reports. The same transition reported again (same object, type,
+// attempt and code) writes nothing.
 func (e *Emitter) Emit(ctx context.Context, tx *gorm.DB, p Params) error {
 	ev, err := build(p, e.now())
 	if err != nil {

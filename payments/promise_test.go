@@ -6,6 +6,7 @@ package payments_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -154,6 +155,36 @@ func TestLateChargeIsReopenedByTheWebhook(t *testing.T) {
 	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
 	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, 1, ps.Charges(ref))
+}
+
+// A charge released as not_processed that lands late declined is a
+// second failure of the same attempt, with another code: the merchant
+// hears both (payment.failed not_processed, then card_declined), and the
+// newest event carries the ledger's state.
+func TestALateDeclineIsASecondFailedEvent(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "late-decline", body(paystacktest.TokenDecline)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	ref := providers.Reference(m.ID, "late-decline")
+	ps.Land(ref)
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	r := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	p := ledgerByKey(t, g, m.ID, "late-decline")
+	require.Equal(t, payments.StatusFailed, p.Status)
+	require.NotEqual(t, payments.FailureNotProcessed, p.FailureCode, "the provider's decline is the payment's outcome now")
+
+	var codes []string
+	for _, e := range g.Get(m, "/v1/events?limit=100").JSON(t)["data"].([]any) {
+		ev := e.(map[string]any)
+		obj := ev["data"].(map[string]any)["object"].(map[string]any)
+		codes = append([]string{ev["type"].(string) + "/" + fmt.Sprint(obj["failure_code"])}, codes...) // oldest first
+	}
+	require.Equal(t, []string{"payment.processing/<nil>", "payment.failed/not_processed", "payment.failed/" + p.FailureCode}, codes)
 }
 
 // Bug 1, staleness: a retry of an old key re-sends the charge, so the

@@ -291,7 +291,7 @@ func (s *Service) emitRefund(ctx context.Context, tx *gorm.DB, r *Refund) error 
 	if r.Status == RefundFailed {
 		typ = events.RefundFailed
 	}
-	return s.cfg.Events.Emit(ctx, tx, events.Params{MerchantID: r.MerchantID, Type: typ, ObjectID: r.ID, Attempt: r.Attempts, Object: r.View()})
+	return s.cfg.Events.Emit(ctx, tx, events.Params{MerchantID: r.MerchantID, Type: typ, ObjectID: r.ID, Attempt: r.Attempts, Code: r.FailureCode, Object: r.View()})
 }
 
 // completeRefund stores the ledger's final answer under the key.

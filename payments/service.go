@@ -649,7 +649,7 @@ func paymentEvent(p *Payment) events.Params {
 	case StatusRequiresReview:
 		typ = events.PaymentRequiresReview
 	}
-	return events.Params{MerchantID: p.MerchantID, Type: typ, ObjectID: p.ID, Attempt: p.Attempts, Object: p.View()}
+	return events.Params{MerchantID: p.MerchantID, Type: typ, ObjectID: p.ID, Attempt: p.Attempts, Code: p.FailureCode, Object: p.View()}
 }
 
 // emit writes the event of p's current state in tx, the transaction of

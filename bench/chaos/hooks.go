@@ -185,14 +185,14 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 	}
 	r.events = len(byID)
 
-	prows, err := conn.Query(ctx, `SELECT id, status, attempts FROM payments`)
+	prows, err := conn.Query(ctx, `SELECT id, status, attempts, failure_code FROM payments`)
 	if err != nil {
 		return r, err
 	}
 	for prows.Next() {
-		var id, status string
+		var id, status, code string
 		var attempts int
-		if err := prows.Scan(&id, &status, &attempts); err != nil {
+		if err := prows.Scan(&id, &status, &attempts, &code); err != nil {
 			return r, err
 		}
 		if status != "succeeded" && status != "failed" {
@@ -201,17 +201,25 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 		r.finalPayments++
 		final := "payment." + status
 		evs := byObject[id]
+		// The final transition's event, as events.Params names it: the
+		// object, type, attempt and failure code.
+		want := fmt.Sprintf("%s:%s:%d", id, final, attempts)
+		if code != "" {
+			want += ":" + code
+		}
 		n := 0
 		for _, e := range evs {
-			if e.typ == final && strings.HasSuffix(e.dedupe, fmt.Sprintf(":%d", attempts)) {
+			if e.dedupe == want {
 				n++
 			}
 		}
 		if n != 1 {
-			fail("payment %s (%s, attempt %d) has %d %s events for its last attempt", id, status, attempts, n, final)
+			fail("payment %s (%s %s, attempt %d) has %d events of its final transition", id, status, code, attempts, n)
 		}
-		if len(evs) > 0 && evs[len(evs)-1].typ != final {
-			fail("payment %s is %s but its newest event is %s", id, status, evs[len(evs)-1].typ)
+		if len(evs) > 0 {
+			if got := objectState(evs[len(evs)-1].payload); evs[len(evs)-1].typ != final || got != status+"/"+code {
+				fail("payment %s is %s/%s but its newest event is %s of %s", id, status, code, evs[len(evs)-1].typ, got)
+			}
 		}
 	}
 	if err := prows.Err(); err != nil {
@@ -250,6 +258,20 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 		return r, err
 	}
 	return r, nil
+}
+
+// objectState is "status/failure_code" of an event body's object.
+func objectState(body []byte) string {
+	var e struct {
+		Data struct {
+			Object struct {
+				Status      string `json:"status"`
+				FailureCode string `json:"failure_code"`
+			} `json:"object"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(body, &e)
+	return e.Data.Object.Status + "/" + e.Data.Object.FailureCode
 }
 
 func (r hookReport) print(h *hooks) {
