@@ -196,13 +196,14 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		a.Metrics.WatchBacklog(a.Events.Backlog)
 	}
 	paymentsCfg := payments.Config{
-		ReviewAfter:  cfg.Schedule.ReviewAfter,
-		Lease:        cfg.Payments.Lease,
-		StaleAfter:   cfg.Schedule.SweepStaleAfter,
-		RecheckAfter: cfg.Schedule.RecheckAfter,
-		Now:          a.Clock.Now,
-		Log:          log,
-		Events:       events.NewEmitter(a.Clock.Now),
+		ReviewAfter:       cfg.Schedule.ReviewAfter,
+		Lease:             cfg.Payments.Lease,
+		StaleAfter:        cfg.Schedule.SweepStaleAfter,
+		RecheckAfter:      cfg.Schedule.RecheckAfter,
+		SweepProviderRate: cfg.Schedule.SweepProviderRate,
+		Now:               a.Clock.Now,
+		Log:               log,
+		Events:            events.NewEmitter(a.Clock.Now),
 	}
 	if a.Metrics != nil {
 		paymentsCfg.Observe = a.Metrics.ObservePayment
@@ -217,6 +218,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		SweepInterval: cfg.Schedule.SweepInterval,
 		StaleAfter:    cfg.Schedule.SweepStaleAfter,
 		SweepBatch:    cfg.Schedule.SweepBatch,
+		Concurrency:   cfg.Schedule.SweepConcurrency,
 		Lease:         cfg.Payments.Lease,
 		PurgeSchedule: cfg.Schedule.PurgeSchedule,
 		PurgeBatch:    cfg.Schedule.PurgeBatch,

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -133,7 +134,13 @@ type Schedule struct {
 	SweepInterval   time.Duration // SWEEP_INTERVAL
 	SweepStaleAfter time.Duration // SWEEP_STALE_AFTER
 	SweepBatch      int           // SWEEP_BATCH
-	ReviewAfter     time.Duration // REVIEW_AFTER
+	// SweepConcurrency keys are settled at once by a run
+	// (SWEEP_CONCURRENCY); SweepProviderRate bounds its lookups per
+	// provider per second from this instance (SWEEP_PROVIDER_RATE, 0 =
+	// unbounded), so a recovering provider is not hammered.
+	SweepConcurrency  int
+	SweepProviderRate float64
+	ReviewAfter       time.Duration // REVIEW_AFTER
 	// RecheckAfter is how long after a release as never charged the
 	// payment is looked up once more (RECHECK_AFTER): a charge may land
 	// after the provider said it had none.
@@ -231,14 +238,16 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		},
 		Payments: Payments{Lease: r.dur("IDEMPOTENCY_LEASE", 30*time.Second)},
 		Schedule: Schedule{
-			SweepInterval:   r.dur("SWEEP_INTERVAL", 2*time.Minute),
-			SweepStaleAfter: r.dur("SWEEP_STALE_AFTER", 5*time.Minute),
-			SweepBatch:      r.int("SWEEP_BATCH", 100, 1, 10000),
-			ReviewAfter:     r.dur("REVIEW_AFTER", 24*time.Hour),
-			RecheckAfter:    r.dur("RECHECK_AFTER", time.Hour),
-			PurgeSchedule:   r.str("PURGE_SCHEDULE", "0 3 * * *"),
-			PurgeBatch:      r.int("PURGE_BATCH", 1000, 1, 100000),
-			KeyTTL:          r.dur("KEY_TTL", 72*time.Hour),
+			SweepInterval:     r.dur("SWEEP_INTERVAL", 2*time.Minute),
+			SweepStaleAfter:   r.dur("SWEEP_STALE_AFTER", 5*time.Minute),
+			SweepBatch:        r.int("SWEEP_BATCH", 100, 1, 10000),
+			SweepConcurrency:  r.int("SWEEP_CONCURRENCY", 32, 1, 1024),
+			SweepProviderRate: r.float("SWEEP_PROVIDER_RATE", 200),
+			ReviewAfter:       r.dur("REVIEW_AFTER", 24*time.Hour),
+			RecheckAfter:      r.dur("RECHECK_AFTER", time.Hour),
+			PurgeSchedule:     r.str("PURGE_SCHEDULE", "0 3 * * *"),
+			PurgeBatch:        r.int("PURGE_BATCH", 1000, 1, 100000),
+			KeyTTL:            r.dur("KEY_TTL", 72*time.Hour),
 		},
 		Log: Log{
 			Level:  r.str("LOG_LEVEL", "info"),
@@ -561,9 +570,11 @@ func (r *reader) float(name string, def float64) float64 {
 	if v == "" {
 		return def
 	}
+	// Every float setting is a rate: NaN, infinities and negatives are
+	// typos, not limits.
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		r.fail(name, "must be a number, got %q", v)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		r.fail(name, "must be a number, not negative, got %q", v)
 		return def
 	}
 	return f

@@ -49,7 +49,7 @@ func (s *Service) DueRechecks(ctx context.Context, limit int) ([]Payment, error)
 // when it still has nothing (final for good), Pending when it cannot tell
 // yet (looked at again after SWEEP_STALE_AFTER).
 func (s *Service) Recheck(ctx context.Context, p Payment) (Settlement, error) {
-	return s.recheck(ctx, p, true)
+	return s.recheck(paced(ctx), p, true)
 }
 
 // recheck is Recheck; scheduled says whether this is the payment's
@@ -96,6 +96,9 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 	prov, err := s.accounts.Provider(ctx, p.MerchantID, p.Provider)
 	if err != nil {
 		return providers.Result{}, fmt.Errorf("provider account: %w", err)
+	}
+	if err := s.pace(ctx, p.Provider); err != nil {
+		return providers.Result{}, err
 	}
 	start := time.Now()
 	res, err := prov.Lookup(ctx, p.ProviderReference)

@@ -458,6 +458,9 @@ func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.Refund
 	if err != nil {
 		return providers.RefundResult{}, err
 	}
+	if err := s.pace(ctx, r.Provider); err != nil {
+		return providers.RefundResult{}, err
+	}
 	start := time.Now()
 	res, err := prov.LookupRefund(ctx, providers.RefundLookup{
 		Reference: r.ProviderReference, ChargeReference: p.ProviderReference, TransactionID: p.ProviderTransactionID,

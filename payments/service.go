@@ -61,6 +61,9 @@ type Config struct {
 	// Events writes the event of every transition, in the transition's
 	// transaction; nil: an emitter on Now.
 	Events *events.Emitter
+	// SweepProviderRate bounds the sweeper's lookups, per provider, from
+	// this instance (SWEEP_PROVIDER_RATE, a second); 0 is unbounded.
+	SweepProviderRate float64
 	// Log receives operational events; nil means slog.Default().
 	Log *slog.Logger
 	// Observe, if set, counts payments reaching a state, by provider.
@@ -77,6 +80,7 @@ type Service struct {
 	keys     *idempotency.Store
 	accounts Accounts
 	cfg      Config
+	pacer    *pacer
 }
 
 // NewService wires a service.
@@ -108,7 +112,7 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 	if cfg.Events == nil {
 		cfg.Events = events.NewEmitter(cfg.Now)
 	}
-	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg}
+	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg, pacer: newPacer(cfg.SweepProviderRate)}
 }
 
 // Store exposes the payment store (for reads by handlers and tests).

@@ -40,7 +40,10 @@ const (
 // last attempt is SWEEP_STALE_AFTER old (claim.SinceAttempt, the
 // database's clock), and the payment is looked up once more after
 // RECHECK_AFTER (Recheck).
+//
+// Its lookups are paced (SWEEP_PROVIDER_RATE).
 func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
+	ctx = paced(ctx)
 	if strings.HasPrefix(claim.ResourceID, "re_") {
 		return s.settleRefund(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
 	}
@@ -79,6 +82,13 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	if err != nil {
 		// The merchant's account was removed: nobody can ask the provider.
 		return s.stillUnknown(ctx, claim, &p, fmt.Errorf("provider account: %w", err))
+	}
+	if err := s.pace(ctx, p.Provider); err != nil {
+		// The run ended while waiting its turn: nothing asked, the key
+		// left for the next run.
+		rctx, cancel := s.recordContext(ctx)
+		defer cancel()
+		return Pending, errors.Join(err, s.keys.LeaveInProgress(rctx, claim))
 	}
 	start := time.Now()
 	res, err := prov.Lookup(ctx, p.ProviderReference)

@@ -28,8 +28,12 @@
 // context ends; then it rechecks (below). Every statement after that read
 // names one merchant, so on a database sharded by merchant (Citus) each
 // touches one shard, which is where Citus allows SKIP LOCKED. Every time
-// involved is compared in SQL with the database's clock. For each key, one
-// at a time:
+// involved is compared in SQL with the database's clock. A batch's keys
+// are settled SWEEP_CONCURRENCY at a time (the next batch is selected once
+// they are taken over), each lookup waiting its turn at the provider's
+// pace (SWEEP_PROVIDER_RATE a second per provider from this instance, so
+// a provider back from an outage is not hammered by its backlog; a run
+// whose time is up leaves the waiting keys in progress). For each key:
 //
 //	step                 statement                                 on loss
 //	select candidates    Stale: SELECT … FOR UPDATE SKIP LOCKED,   (rows locked by

@@ -73,6 +73,11 @@ type Config struct {
 	SweepInterval time.Duration // SWEEP_INTERVAL (2m)
 	StaleAfter    time.Duration // SWEEP_STALE_AFTER (5m)
 	SweepBatch    int           // SWEEP_BATCH (100)
+	// Concurrency is how many keys a run settles at once
+	// (SWEEP_CONCURRENCY, 32): a backlog of lookups 100 ms each settles
+	// at hundreds a second, not ten. The lookups' pace per provider is
+	// payments' (SWEEP_PROVIDER_RATE).
+	Concurrency int
 	// Lease is the lease the sweeper takes on a key it works
 	// (IDEMPOTENCY_LEASE, 30s); it must exceed the provider timeout.
 	Lease time.Duration
@@ -98,6 +103,9 @@ func (c *Config) defaults() {
 	}
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = 100
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 32
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second

@@ -59,20 +59,70 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 		return c, err
 	}
 	seen := make(map[keyID]struct{})
+	w := s.workers(ctx, &c)
 	for _, m := range merchants {
 		params.MerchantID = m
-		if err := s.sweepMerchant(ctx, params, seen, &c); err != nil {
-			return c, err
+		if err = s.sweepMerchant(ctx, params, seen, w); err != nil {
+			break
 		}
 	}
-	return c, s.recheck(ctx, &c)
+	if err == nil {
+		err = s.recheck(ctx, w)
+	}
+	w.wait()
+	return c, err
+}
+
+// pool settles up to SWEEP_CONCURRENCY keys at once. Ownership is still
+// each key's TakeOver (or each payment's recheck lease), so however many
+// workers run here and on other instances, a key has one settler.
+type pool struct {
+	ctx   context.Context
+	tasks chan func(*Counts)
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	total *Counts
+}
+
+func (s *Sweeper) workers(ctx context.Context, total *Counts) *pool {
+	p := &pool{ctx: ctx, tasks: make(chan func(*Counts)), total: total}
+	for range s.cfg.Concurrency {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for task := range p.tasks {
+				var c Counts
+				task(&c)
+				p.mu.Lock()
+				p.total.merge(c)
+				p.mu.Unlock()
+			}
+		}()
+	}
+	return p
+}
+
+// submit hands task to a free worker; false when the run was cut short.
+func (p *pool) submit(task func(*Counts)) bool {
+	select {
+	case p.tasks <- task:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// wait lets the submitted tasks finish.
+func (p *pool) wait() {
+	close(p.tasks)
+	p.wg.Wait()
 }
 
 // sweepMerchant works one merchant's candidates, a batch at a time, until
 // a batch comes back short or brings nothing new. Every statement names
 // the merchant, so on a database sharded by merchant each touches one
 // shard (Citus runs SKIP LOCKED only there).
-func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StaleParams, seen map[keyID]struct{}, c *Counts) error {
+func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StaleParams, seen map[keyID]struct{}, w *pool) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -82,6 +132,10 @@ func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StalePar
 			return err
 		}
 		fresh := 0
+		// The next batch is selected once this one's keys are taken over
+		// (not finished): selected again before, they would look new, or
+		// a batch of them would look like the merchant's end.
+		var taken sync.WaitGroup
 		for _, rec := range batch {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -92,8 +146,13 @@ func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StalePar
 			}
 			seen[id] = struct{}{}
 			fresh++
-			s.work(ctx, rec, c)
+			taken.Add(1)
+			if !w.submit(func(c *Counts) { s.work(ctx, rec, c, taken.Done) }) {
+				taken.Done()
+				return ctx.Err()
+			}
 		}
+		taken.Wait()
 		if len(batch) < s.cfg.SweepBatch || fresh == 0 {
 			return nil
 		}
@@ -103,7 +162,7 @@ func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StalePar
 // recheck looks up, once more, the payments released as never charged
 // whose RECHECK_AFTER has passed, a batch at a time until a batch comes
 // back short. Each payment is taken by one sweeper (DueRechecks leases it).
-func (s *Sweeper) recheck(ctx context.Context, c *Counts) error {
+func (s *Sweeper) recheck(ctx context.Context, w *pool) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -113,16 +172,18 @@ func (s *Sweeper) recheck(ctx context.Context, c *Counts) error {
 			return err
 		}
 		for _, p := range due {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			res, err := s.cfg.Settler.Recheck(ctx, p)
-			c.add(res)
-			if err != nil {
-				c.Errors++
-				if ctx.Err() == nil {
-					s.cfg.Log.WarnContext(ctx, "sweep: recheck", "merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
+			ok := w.submit(func(c *Counts) {
+				res, err := s.cfg.Settler.Recheck(ctx, p)
+				c.add(res)
+				if err != nil {
+					c.Errors++
+					if ctx.Err() == nil {
+						s.cfg.Log.WarnContext(ctx, "sweep: recheck", "merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
+					}
 				}
+			})
+			if !ok {
+				return ctx.Err()
 			}
 		}
 		if len(due) < s.cfg.SweepBatch {
@@ -145,10 +206,12 @@ func (s *Sweeper) candidates(ctx context.Context, p idempotency.StaleParams) ([]
 	return recs, err
 }
 
-// work owns one candidate and settles it.
-func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
+// work owns one candidate and settles it; taken is called once the
+// take-over is decided.
+func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts, taken func()) {
 	log := s.cfg.Log.With("merchant_id", rec.MerchantID, "idempotency_key", rec.Key)
 	claim, ok, err := s.cfg.Keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: rec.MerchantID, Key: rec.Key, Lease: s.cfg.Lease})
+	taken()
 	if err != nil {
 		c.Errors++
 		if ctx.Err() == nil {
@@ -170,6 +233,20 @@ func (s *Sweeper) work(ctx context.Context, rec idempotency.Record, c *Counts) {
 			log.WarnContext(ctx, "sweep: settle", "settlement", string(res), "err", err)
 		}
 	}
+}
+
+// merge adds o's counts to c.
+func (c *Counts) merge(o Counts) {
+	c.Resolved += o.Resolved
+	c.Released += o.Released
+	c.Pending += o.Pending
+	c.Review += o.Review
+	c.Skipped += o.Skipped
+	c.Lost += o.Lost
+	c.Errors += o.Errors
+	c.Reopened += o.Reopened
+	c.Confirmed += o.Confirmed
+	c.Deleted += o.Deleted
 }
 
 // add counts one settlement or recheck result.

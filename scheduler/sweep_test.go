@@ -224,6 +224,7 @@ func TestShutdownDuringSweep(t *testing.T) {
 	seed(t, in.db, rows)
 
 	cfg := in.config(2)
+	cfg.Concurrency = 1 // one key at a time: the keys before k-3 end, those after wait
 	cfg.SweepInterval = 20 * time.Millisecond
 	cfg.StopTimeout = 20 * time.Second
 	observed := make(chan scheduler.Counts, 10)
@@ -319,4 +320,95 @@ func TestPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, c.Deleted)
 	})
+}
+
+// TestSweepSettlesKeysConcurrently: a backlog is settled SWEEP_CONCURRENCY
+// keys at a time — lookups overlap up to the bound and never past it —
+// with fewer connections than workers (no connection is held across a
+// provider call), each key looked up once.
+func TestSweepSettlesKeysConcurrently(t *testing.T) {
+	t.Parallel()
+	const workers, n = 8, 40
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+	)
+	full := make(chan struct{})
+	fake := newFake(func(context.Context, string) (providers.Result, error) {
+		open := func() {
+			select {
+			case <-full:
+			default:
+				close(full)
+			}
+		}
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == workers {
+			open()
+		}
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		select {
+		case <-full: // every worker is in a lookup at once
+		case <-time.After(20 * time.Second):
+			mu.Lock()
+			open() // fail once, not once per key
+			mu.Unlock()
+			return providers.Result{}, fmt.Errorf("fake: %w: the lookups never overlapped", providers.ErrUnknown)
+		}
+		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "tx"}, nil
+	})
+	in := newInstance(t, dbtest.PostgresURL(t), fake, 4)
+	rows := make([]stuck, n)
+	for i := range rows {
+		rows[i] = stuck{merchant: fmt.Sprintf("ten_%d", i%3), key: fmt.Sprintf("k-%02d", i), age: time.Hour,
+			leaseLeft: -time.Minute, payment: status(payments.StatusProcessing)}
+	}
+	seed(t, in.db, rows)
+	cfg := in.config(10)
+	cfg.Concurrency = workers
+	c, err := scheduler.NewSweeper(cfg).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, scheduler.Counts{Resolved: n}, c)
+	require.Equal(t, workers, most, "as many lookups at once as SWEEP_CONCURRENCY, and no more")
+	lookups, charges := fake.counts()
+	require.Zero(t, charges)
+	require.Len(t, lookups, n)
+	for ref, k := range lookups {
+		require.Equal(t, 1, k, ref)
+	}
+}
+
+// TestSweepPacesLookupsPerProvider: at SWEEP_PROVIDER_RATE one an hour,
+// a run asks the provider once; the keys behind it wait their turn, and
+// when the run's time is up they are left in progress for the next run —
+// not looked up, not released.
+func TestSweepPacesLookupsPerProvider(t *testing.T) {
+	t.Parallel()
+	fake := newFake(func(context.Context, string) (providers.Result, error) {
+		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "tx"}, nil
+	})
+	in := newInstance(t, dbtest.PostgresURL(t), fake, 4)
+	db := in.db
+	in.service = payments.NewService(db, in.keys, accounts{fake}, payments.Config{
+		Lease: 30 * time.Second, ReviewAfter: 24 * time.Hour, Log: quiet, SweepProviderRate: 1.0 / 3600,
+	})
+	var rows []stuck
+	for i := range 3 {
+		rows = append(rows, stuck{merchant: "ten_p", key: fmt.Sprintf("k-%d", i), age: time.Hour,
+			leaseLeft: -time.Minute, payment: status(payments.StatusProcessing)})
+	}
+	seed(t, db, rows)
+	// The limiter knows at once that the next turn is past the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := scheduler.NewSweeper(in.config(10)).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, scheduler.Counts{Resolved: 1, Pending: 2, Errors: 2}, c)
+	lookups, _ := fake.counts()
+	require.Len(t, lookups, 1, "one lookup in the hour")
+	require.Equal(t, int64(2), count(t, db, "idempotency_keys", "status = 'in_progress'"))
+	require.Equal(t, int64(2), count(t, db, "payments", "status = 'processing'"))
 }

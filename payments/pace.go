@@ -1,0 +1,55 @@
+package payments
+
+import (
+	"context"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// pacer spaces the sweeper's lookups: at most SWEEP_PROVIDER_RATE a second
+// to each provider from this instance, so a provider recovering from an
+// outage is not hammered by the backlog the outage left. A merchant's own
+// request (a retry, a poll) and a provider's webhook are never paced: they
+// are one lookup each, and someone is waiting on them.
+type pacer struct {
+	limit rate.Limit
+	mu    sync.Mutex
+	by    map[string]*rate.Limiter
+}
+
+func newPacer(perSecond float64) *pacer {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &pacer{limit: rate.Limit(perSecond), by: map[string]*rate.Limiter{}}
+}
+
+// wait blocks until provider may be asked again, or ctx ends.
+func (p *pacer) wait(ctx context.Context, provider string) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	l, ok := p.by[provider]
+	if !ok {
+		// A burst of one: the rate is the promise, from the first lookup.
+		l = rate.NewLimiter(p.limit, 1)
+		p.by[provider] = l
+	}
+	p.mu.Unlock()
+	return l.Wait(ctx)
+}
+
+type pacedKey struct{}
+
+// paced marks ctx as the sweeper's: its lookups wait for the pacer.
+func paced(ctx context.Context) context.Context { return context.WithValue(ctx, pacedKey{}, true) }
+
+// pace waits for the pacer when ctx is the sweeper's.
+func (s *Service) pace(ctx context.Context, provider string) error {
+	if on, _ := ctx.Value(pacedKey{}).(bool); !on {
+		return nil
+	}
+	return s.pacer.wait(ctx, provider)
+}
