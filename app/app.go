@@ -179,7 +179,11 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Keys = idempotency.NewStore(db)
+	answers, err := secretbox.New(cfg.Secrets.MasterKey, "oncepay/idempotency/sealed-answer/v1")
+	if err != nil {
+		return nil, err
+	}
+	a.Keys = idempotency.NewStore(db).SealWith(answers)
 	box, err := secretbox.New(cfg.Secrets.MasterKey, "oncepay/events/endpoint-secret/v1")
 	if err != nil {
 		return nil, err

@@ -108,6 +108,13 @@ func answer(status int, v any) (idempotency.Response, error) {
 	return idempotency.Response{Status: status, Header: map[string]string{fiber.HeaderContentType: fiber.MIMEApplicationJSON}, Body: body}, nil
 }
 
+// secretAnswer marks an answer that shows a secret: the key's stored copy is
+// encrypted like the secret itself.
+func secretAnswer(r idempotency.Response, err error) (idempotency.Response, error) {
+	r.Sealed = true
+	return r, err
+}
+
 // mutate runs change in one transaction with the claim's completion, so an
 // endpoint's change and the key's stored answer commit together; a
 // refusal (a problem) releases the claim.
@@ -161,7 +168,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, keys *idempotency.Store, c
 		}
 		v := ep.view()
 		v.Secret = secret
-		return answer(fiber.StatusCreated, v)
+		return secretAnswer(answer(fiber.StatusCreated, v))
 	})
 }
 
@@ -252,7 +259,7 @@ func (s *Service) RotateSecret(ctx context.Context, keys *idempotency.Store, cla
 		ep.Secret, ep.UpdatedAt = sealed, now
 		v := ep.view()
 		v.Secret = secret
-		return answer(fiber.StatusOK, v)
+		return secretAnswer(answer(fiber.StatusOK, v))
 	})
 }
 

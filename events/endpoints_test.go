@@ -52,6 +52,14 @@ func TestEndpointsAPI(t *testing.T) {
 		require.NoError(t, g.App.DB().Where("id = ?", id).Take(&row).Error)
 		require.NotEmpty(t, row.Secret)
 		require.NotContains(t, string(row.Secret), strings.TrimPrefix(secret, "whsec_"), "secrets are sealed at rest")
+		// And so is the answer that showed it, which the key keeps for
+		// replays: no copy of a secret is stored in the clear.
+		var stored []byte
+		require.NoError(t, g.App.DB().Raw("SELECT response FROM idempotency_keys WHERE merchant_id = ? AND key = 'we-1'", m.ID).
+			Row().Scan(&stored))
+		require.NotEmpty(t, stored)
+		require.NotContains(t, string(stored), strings.TrimPrefix(secret, "whsec_"), "the stored answer is sealed")
+		require.NotContains(t, string(stored), id)
 
 		// Tenants are isolated: another merchant sees and changes nothing.
 		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/webhook_endpoints/"+id).StatusCode)
@@ -69,6 +77,11 @@ func TestEndpointsAPI(t *testing.T) {
 		rotated := g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", nil, auth(m, "Idempotency-Key", "rot-1")...)
 		require.Equal(t, http.StatusOK, rotated.StatusCode, string(rotated.Body))
 		require.NotEqual(t, secret, rotated.JSON(t)["secret"])
+		rotatedAgain := g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", nil, auth(m, "Idempotency-Key", "rot-1")...)
+		require.Equal(t, string(rotated.Body), string(rotatedAgain.Body), "a retried rotation replays the secret it made")
+		require.NoError(t, g.App.DB().Raw("SELECT response FROM idempotency_keys WHERE merchant_id = ? AND key = 'rot-1'", m.ID).
+			Row().Scan(&stored))
+		require.NotContains(t, string(stored), strings.TrimPrefix(rotated.JSON(t)["secret"].(string), "whsec_"))
 
 		deleted := g.Do("DELETE", "/v1/webhook_endpoints/"+id, nil, auth(m, "Idempotency-Key", "del-1")...)
 		require.Equal(t, http.StatusOK, deleted.StatusCode)

@@ -1,11 +1,13 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/secretbox"
 )
 
 // Sentinel errors of the package. Callers compare with errors.Is.
@@ -90,6 +93,10 @@ type Response struct {
 	// least Content-Type, and Location when there is one.
 	Header map[string]string
 	Body   []byte
+	// Sealed says the body shows a secret once (a webhook endpoint's
+	// signing secret): it is stored encrypted (SealWith), as the secret
+	// itself is, and replayed as sent.
+	Sealed bool
 	// ResourceID, when not empty, links the key to what the request made
 	// (e.g. the payment id). It is stored, not sent.
 	ResourceID string
@@ -171,7 +178,16 @@ type StaleParams struct {
 // tx *gorm.DB run on it (it may be a transaction); a nil tx means the
 // store's own pool. The store has no clock of its own: see Record.
 type Store struct {
-	db *gorm.DB
+	db  *gorm.DB
+	box *secretbox.Box // seals answers that show a secret (Response.Sealed)
+}
+
+// SealWith has the store encrypt, at rest, the answers that show a secret
+// (Response.Sealed) with box, and open them on replay. Without it such an
+// answer is refused, not stored in the clear.
+func (s *Store) SealWith(box *secretbox.Box) *Store {
+	s.box = box
+	return s
 }
 
 // NewStore returns a store over db.
@@ -353,7 +369,7 @@ func checkOwned(res *gorm.DB, op string) error {
 // and the ledger commit (or roll back) together. ErrLostClaim means the key
 // was taken over: roll the transaction back, the new owner answers.
 func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) error {
-	header, body, err := encodeAnswer(r)
+	header, body, err := s.encodeAnswer(c.MerchantID, c.Key, r)
 	if err != nil {
 		return err
 	}
@@ -410,7 +426,7 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 			return false, err
 		}
 	}
-	header, body, err := encodeAnswer(r)
+	header, body, err := s.encodeAnswer(c.MerchantID, c.Key, r)
 	if err != nil {
 		return false, err
 	}
@@ -469,9 +485,23 @@ func scanOne(rows *sql.Rows, dest ...any) error {
 	return rows.Close()
 }
 
+// sealedPrefix starts a sealed body in the response column; a stored
+// answer's body (JSON, problem+json) never starts with a NUL.
+var sealedPrefix = []byte("\x00sealed:")
+
+// sealAAD binds a sealed answer to its key's row.
+func sealAAD(merchantID, key string) []byte { return []byte(merchantID + "\x00" + key) }
+
 // encodeAnswer is r's headers and body as the columns store them: headers
-// as JSON text (NULL when there are none), the body never NULL.
-func encodeAnswer(r Response) (header any, body []byte, err error) {
+// as JSON text (NULL when there are none), the body never NULL, sealed
+// when r.Sealed.
+func (s *Store) encodeAnswer(merchantID, key string, r Response) (header any, body []byte, err error) {
+	if r.Sealed {
+		if s.box == nil {
+			return nil, nil, errors.New("idempotency: a sealed answer needs SealWith")
+		}
+		r.Body = append(slices.Clip(sealedPrefix), s.box.Seal(sealAAD(merchantID, key), r.Body)...)
+	}
 	if len(r.Header) > 0 {
 		b, err := json.Marshal(r.Header)
 		if err != nil {
@@ -493,7 +523,7 @@ func encodeAnswer(r Response) (header any, body []byte, err error) {
 // row is left alone (ok false): its owner, or its stored answer, speaks
 // for it. Run it in the transaction that records the outcome.
 func (s *Store) PutDone(ctx context.Context, tx *gorm.DB, merchantID, key, requestHash string, r Response) (ok bool, err error) {
-	header, body, err := encodeAnswer(r)
+	header, body, err := s.encodeAnswer(merchantID, key, r)
 	if err != nil {
 		return false, err
 	}
@@ -605,6 +635,14 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: get: %w", err)
+	}
+	if bytes.HasPrefix(rec.Body, sealedPrefix) {
+		if s.box == nil {
+			return nil, errors.New("idempotency: get: the answer is sealed and the store has no box")
+		}
+		if rec.Body, err = s.box.Open(sealAAD(merchantID, key), rec.Body[len(sealedPrefix):]); err != nil {
+			return nil, fmt.Errorf("idempotency: get: %w", err)
+		}
 	}
 	return &rec, nil
 }
