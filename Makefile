@@ -83,8 +83,10 @@ lint:
 
 # bench: the Go benchmarks of the new-payment and replay paths, then the real
 # gateway binary on a throwaway PostgreSQL database, driven
-# over HTTP (new payments, replays, a same-key storm, a mix), next to
-# pgbench running the same SQL; report on stdout and in bench/results/.
+# over HTTP (new payments, replays, a same-key storm, a mix), next to the
+# seed's bare handler (bench/seedpeer) and pgbench running the same SQL, in
+# the same rounds; then the sweeper's recovery of 2,000 and 10,000 stuck
+# payments at 100 ms per lookup; report on stdout and in bench/results/.
 BENCH_DURATION ?= 10s
 BENCH_CLIENTS  ?= 32
 BENCH_FLAGS    ?=
@@ -92,7 +94,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./payments/
 	$(GO) build -o bin/gateway .
 	$(GO) build -o bin/bench-load ./bench/load
-	bin/bench-load -gateway bin/gateway -db "$(TEST_DATABASE_URL)" -duration $(BENCH_DURATION) -clients $(BENCH_CLIENTS) -out bench/results $(BENCH_FLAGS)
+	$(GO) build -o bin/seedpeer ./bench/seedpeer
+	bin/bench-load -gateway bin/gateway -seedpeer bin/seedpeer -db "$(TEST_DATABASE_URL)" -duration $(BENCH_DURATION) -clients $(BENCH_CLIENTS) -out bench/results $(BENCH_FLAGS)
 
 # chaos: payments through a lossy proxy, a faulty out-of-process Paystack,
 # gateway SIGKILLs and a PostgreSQL restart; then an audit that fails on any

@@ -46,6 +46,10 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results", "directory for <date>.md (empty: stdout only)")
 	flag.StringVar(&o.pgbench, "pgbench", "", "pgbench binary (default: PATH, then /usr/lib/postgresql/*/bin)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds in which new payments and pgbench alternate; the report gives medians")
+	flag.StringVar(&o.seedpeer, "seedpeer", "bin/seedpeer", "the seed's bare handler (bench/seedpeer), measured beside the gateway in every round (empty: left out)")
+	flag.StringVar(&o.recovery, "recovery", "2000,10000", "stuck payments for each recovery measurement (empty: none)")
+	flag.DurationVar(&o.recoveryLatency, "recovery-latency", 100*time.Millisecond, "simulator latency of each lookup during recovery")
+	flag.DurationVar(&o.recoveryLimit, "recovery-limit", 5*time.Minute, "give up a recovery measurement after this long")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -55,7 +59,9 @@ func main() {
 
 type options struct {
 	gateway, db, scenarios, out, pgbench string
+	seedpeer, recovery                   string
 	duration                             time.Duration
+	recoveryLatency, recoveryLimit       time.Duration
 	clients, conns, rounds               int
 }
 
@@ -135,12 +141,33 @@ func run(ctx context.Context, o options) error {
 	// statements, TLS-free keep-alive connections) before measuring.
 	d.measure("warmup", "", d.newPayment("sim_success"), min(2*time.Second, o.duration))
 
+	// The seed's bare handler on the same database, measured in the same
+	// rounds, so that every report has the ratio from runs seconds apart.
+	var sd *driver
+	if o.seedpeer != "" {
+		saddr, err := rig.FreeAddr()
+		if err != nil {
+			return err
+		}
+		peer := &rig.Process{Bin: o.seedpeer, Args: []string{"-addr", saddr, "-db", db.URL}, Health: "http://" + saddr + "/healthz", Log: logf}
+		if err := peer.Start(); err != nil {
+			return err
+		}
+		defer peer.Stop()
+		sd = &driver{hc: &fasthttp.HostClient{Addr: saddr, MaxConns: 2 * o.clients, MaxIdleConnDuration: time.Minute,
+			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second},
+			base: "http://" + saddr, m: rig.Merchant{ID: "ten_seedpeer"}, seed: true,
+			clients: o.clients, duration: o.duration, gatewayPid: peer.Pid()}
+		sd.measure("warmup", "", sd.newPayment("sim_success"), min(2*time.Second, o.duration))
+	}
+
 	pgb := findPgbench(o.pgbench)
 	if pgb == "" {
 		fmt.Fprintln(os.Stderr, "bench: pgbench not found; the PostgreSQL ceiling is left out")
 	}
 	var results []result
 	var rounds []round
+	var replays []replayRound
 	for _, name := range strings.Split(o.scenarios, ",") {
 		var r result
 		switch strings.TrimSpace(name) {
@@ -153,6 +180,10 @@ func run(ctx context.Context, o options) error {
 			for i := range max(1, o.rounds) {
 				rd := round{new: d.measure("new", "a new key per request (sim_success): claim, ledger row, charge, completion", d.newPayment("sim_success"), o.duration)}
 				fmt.Fprintf(os.Stderr, "bench: round %d: new %8.0f req/s  p50 %v  p99 %v\n", i+1, rd.new.rate(), rd.new.pct(.5), rd.new.pct(.99))
+				if sd != nil {
+					rd.seed = sd.measure("seed: new", "the seed's bare handler, a new key per request: INSERT … ON CONFLICT DO NOTHING, instant charge, UPDATE", sd.newPayment("sim_success"), o.duration)
+					fmt.Fprintf(os.Stderr, "bench: round %d: seed new %8.0f req/s\n", i+1, rd.seed.rate())
+				}
 				if pgb != "" {
 					// The gateway sits idle meanwhile: its sweeper's one
 					// query per interval is all it adds.
@@ -163,8 +194,30 @@ func run(ctx context.Context, o options) error {
 				rounds = append(rounds, rd)
 			}
 			r = medianRound(rounds).new
+			if sd != nil {
+				results = append(results, r)
+				r = medianOf(rounds, func(rd round) result { return rd.seed })
+			}
 		case "replay":
-			r, err = d.replay()
+			for i := range max(1, o.rounds) {
+				var rp replayRound
+				if rp.gateway, err = d.replay(); err != nil {
+					return err
+				}
+				if sd != nil {
+					if rp.seed, err = sd.replay(); err != nil {
+						return err
+					}
+					rp.seed.name, rp.seed.what = "seed: replay", "the seed's bare handler, every client replays one key: the INSERT (nothing inserted) and one SELECT"
+				}
+				fmt.Fprintf(os.Stderr, "bench: round %d: replay %8.0f req/s  seed %8.0f req/s\n", i+1, rp.gateway.rate(), rp.seed.rate())
+				replays = append(replays, rp)
+			}
+			r = medianReplay(replays, func(rp replayRound) result { return rp.gateway })
+			if sd != nil {
+				results = append(results, r)
+				r = medianReplay(replays, func(rp replayRound) result { return rp.seed })
+			}
 		case "storm":
 			r = d.storm()
 		case "mix":
@@ -180,7 +233,23 @@ func run(ctx context.Context, o options) error {
 	}
 	gw.Stop()
 
-	report := render(o, results, rounds)
+	var recs []recovery
+	for _, f := range strings.Split(o.recovery, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("-recovery: %q", f)
+		}
+		rec, err := measureRecovery(ctx, o, n)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+	}
+
+	report := render(o, results, rounds, replays, recs)
 	fmt.Print(report)
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -197,9 +266,12 @@ func run(ctx context.Context, o options) error {
 
 // driver sends requests for one merchant.
 type driver struct {
-	hc         *fasthttp.HostClient
-	base       string
-	m          rig.Merchant
+	hc   *fasthttp.HostClient
+	base string
+	m    rig.Merchant
+	// seed: the seed peer, which takes the merchant from a header and
+	// has no auth.
+	seed       bool
 	clients    int
 	duration   time.Duration
 	gatewayPid int
@@ -233,7 +305,11 @@ func (d *driver) send(method, path, key string, body []byte) (int, bool, string)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
 	req.SetRequestURI(d.base + path)
-	req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+d.m.Token)
+	if d.seed {
+		req.Header.Set("X-Merchant-Id", d.m.ID)
+	} else {
+		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+d.m.Token)
+	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
@@ -426,7 +502,7 @@ func (d *driver) mix() call {
 	}
 }
 
-func render(o options, results []result, rounds []round) string {
+func render(o options, results []result, rounds []round, replays []replayRound, recs []recovery) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Gateway benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s, %s. Gateway and clients share the machine with PostgreSQL.\n\n",
@@ -488,7 +564,9 @@ func render(o options, results []result, rounds []round) string {
 		}
 		b.WriteString(".\n")
 	}
+	peerTable(&b, rounds, replays)
 	cpuTable(&b, results, rounds, withCeiling)
+	renderRecovery(&b, o, recs)
 	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")
 	return b.String()
 }
@@ -510,7 +588,7 @@ func cpuTable(b *strings.Builder, results []result, rounds []round, withCeiling 
 		}
 		if !head {
 			b.WriteString("\nCPU time per request (user + system, from /proc), and how many of the machine's CPUs the run kept busy:\n\n")
-			b.WriteString("| scenario | gateway | PostgreSQL | client | total | CPUs busy |\n|---|---:|---:|---:|---:|---:|\n")
+			b.WriteString("| scenario | server (gateway or seed) | PostgreSQL | client | total | CPUs busy |\n|---|---:|---:|---:|---:|---:|\n")
 			head = true
 		}
 		server, pg, client := r.cpu.perRequest(len(r.latencies))
