@@ -92,6 +92,7 @@ BENCH_CLIENTS  ?= 32
 BENCH_FLAGS    ?=
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./payments/
+	$(GO) test -run '^$$' -bench BenchmarkSweepBacklog -benchtime 1x -timeout 20m ./scheduler/
 	$(GO) build -o bin/gateway .
 	$(GO) build -o bin/bench-load ./bench/load
 	$(GO) build -o bin/seedpeer ./bench/seedpeer

@@ -86,7 +86,7 @@ type instance struct {
 	service *payments.Service
 }
 
-func newInstance(t *testing.T, dsn string, p providers.Provider, maxConns int) instance {
+func newInstance(t testing.TB, dsn string, p providers.Provider, maxConns int) instance {
 	t.Helper()
 	db, err := database.Open(dsn, database.Options{MaxOpenConns: maxConns})
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ type stuck struct {
 func status(s payments.Status) *payments.Status { return &s }
 
 // seed writes keys (and their payments) in batches.
-func seed(t *testing.T, db *gorm.DB, rows []stuck) {
+func seed(t testing.TB, db *gorm.DB, rows []stuck) {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var recs []idempotency.Record
