@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -46,10 +47,19 @@ type pacedKey struct{}
 // paced marks ctx as the sweeper's: its lookups wait for the pacer.
 func paced(ctx context.Context) context.Context { return context.WithValue(ctx, pacedKey{}, true) }
 
-// pace waits for the pacer when ctx is the sweeper's.
-func (s *Service) pace(ctx context.Context, provider string) error {
+// pace waits for the pacer when ctx is the sweeper's. A claim's turn must
+// come within the first half of its lease (claim's LeaseEnds less half a
+// lease), leaving the rest for the lookup and its recording; a later turn
+// is refused at once (the limiter knows), and the key left for the next
+// run rather than looked up by a worker that may no longer own it.
+func (s *Service) pace(ctx context.Context, provider string, leaseEnds time.Time) error {
 	if on, _ := ctx.Value(pacedKey{}).(bool); !on {
 		return nil
+	}
+	if !leaseEnds.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, leaseEnds.Add(-s.cfg.Lease/2))
+		defer cancel()
 	}
 	return s.pacer.wait(ctx, provider)
 }

@@ -97,7 +97,7 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 	if err != nil {
 		return providers.Result{}, fmt.Errorf("provider account: %w", err)
 	}
-	if err := s.pace(ctx, p.Provider); err != nil {
+	if err := s.pace(ctx, p.Provider, time.Time{}); err != nil {
 		return providers.Result{}, err
 	}
 	start := time.Now()

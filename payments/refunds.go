@@ -418,7 +418,11 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		}
 		return Skipped, nil
 	}
-	res, err := s.lookupRefund(ctx, &r)
+	var res providers.RefundResult
+	err = s.pace(ctx, r.Provider, claim.LeaseEnds)
+	if err == nil {
+		res, err = s.lookupRefund(ctx, &r)
+	}
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	if err != nil || !res.Outcome.Final() && res.Outcome != providers.OutcomeNotFound ||
@@ -456,9 +460,6 @@ func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.Refund
 	}
 	p, err := s.store.Get(ctx, r.MerchantID, r.PaymentID)
 	if err != nil {
-		return providers.RefundResult{}, err
-	}
-	if err := s.pace(ctx, r.Provider); err != nil {
 		return providers.RefundResult{}, err
 	}
 	start := time.Now()

@@ -83,7 +83,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		// The merchant's account was removed: nobody can ask the provider.
 		return s.stillUnknown(ctx, claim, &p, fmt.Errorf("provider account: %w", err))
 	}
-	if err := s.pace(ctx, p.Provider); err != nil {
+	if err := s.pace(ctx, p.Provider, claim.LeaseEnds); err != nil {
 		// The run ended while waiting its turn: nothing asked, the key
 		// left for the next run.
 		rctx, cancel := s.recordContext(ctx)
