@@ -347,6 +347,165 @@ const docTemplate = `{
                 }
             }
         },
+        "/admin/v1/refunds": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Refunds across tenants, newest first, in pages. The refunds' review queue is ` + "`" + `status=requires_review` + "`" + `:\nrefunds whose outcome the provider has not told past REVIEW_AFTER.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Search refunds (operators)",
+                "operationId": "adminSearchRefunds",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "description": "Only this tenant's",
+                        "name": "tenant_id",
+                        "in": "query"
+                    },
+                    {
+                        "enum": [
+                            "pending",
+                            "succeeded",
+                            "failed",
+                            "requires_review"
+                        ],
+                        "type": "string",
+                        "description": "Only in this status",
+                        "name": "status",
+                        "in": "query"
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminRefundPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/admin/v1/refunds/{id}/resolve": {
+            "post": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a\npayment's resolution does: the refund (a failed one gives its amount back to the payment), its key's\nstored answer and the audit event commit together, after the provider is asked once more (409\nprovider_disagrees when its final answer says otherwise).",
+                "consumes": [
+                    "application/json"
+                ],
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Resolve a refund (operators)",
+                "operationId": "adminResolveRefund",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8",
+                        "description": "Refund id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "description": "The decision",
+                        "name": "request",
+                        "in": "body",
+                        "required": true,
+                        "schema": {
+                            "$ref": "#/definitions/ResolveRequest"
+                        }
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminRefund"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "refund_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/admin/v1/tenants": {
             "get": {
                 "security": [
@@ -841,7 +1000,8 @@ const docTemplate = `{
                             "payment.failed",
                             "payment.requires_review",
                             "refund.succeeded",
-                            "refund.failed"
+                            "refund.failed",
+                            "refund.requires_review"
                         ],
                         "type": "string",
                         "description": "Only this type",
@@ -2658,6 +2818,128 @@ const docTemplate = `{
                 }
             }
         },
+        "AdminRefund": {
+            "type": "object",
+            "required": [
+                "amount",
+                "created_at",
+                "currency",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "payment_id",
+                "provider",
+                "provider_reference",
+                "status",
+                "tenant_id",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 3000
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "exceeds_charge"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The refund exceeds what is left of the charge."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "refund-7c1b"
+                },
+                "metadata": {
+                    "type": "object"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "refund"
+                },
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d"
+                },
+                "provider_refund_id": {
+                    "type": "string",
+                    "example": "simre_2b6c7d8e"
+                },
+                "reason": {
+                    "type": "string",
+                    "example": "requested_by_customer"
+                },
+                "status": {
+                    "enum": [
+                        "pending",
+                        "succeeded",
+                        "failed",
+                        "requires_review"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/RefundStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:01Z"
+                }
+            }
+        },
+        "AdminRefundPage": {
+            "type": "object",
+            "required": [
+                "data",
+                "has_more"
+            ],
+            "properties": {
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/AdminRefund"
+                    }
+                },
+                "has_more": {
+                    "type": "boolean",
+                    "example": false
+                },
+                "next_cursor": {
+                    "type": "string",
+                    "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"
+                }
+            }
+        },
         "AuditEvent": {
             "type": "object",
             "required": [
@@ -3027,7 +3309,8 @@ const docTemplate = `{
                         "payment.failed",
                         "payment.requires_review",
                         "refund.succeeded",
-                        "refund.failed"
+                        "refund.failed",
+                        "refund.requires_review"
                     ],
                     "example": "payment.succeeded"
                 }
@@ -3448,7 +3731,8 @@ const docTemplate = `{
                     "enum": [
                         "pending",
                         "succeeded",
-                        "failed"
+                        "failed",
+                        "requires_review"
                     ],
                     "allOf": [
                         {
@@ -3492,12 +3776,14 @@ const docTemplate = `{
             "enum": [
                 "pending",
                 "succeeded",
-                "failed"
+                "failed",
+                "requires_review"
             ],
             "x-enum-varnames": [
                 "RefundPending",
                 "RefundSucceeded",
-                "RefundFailed"
+                "RefundFailed",
+                "RefundRequiresReview"
             ]
         },
         "ResolveRequest": {

@@ -49,10 +49,11 @@ const (
 	PaymentRequiresReview = "payment.requires_review"
 	RefundSucceeded       = "refund.succeeded"
 	RefundFailed          = "refund.failed"
+	RefundRequiresReview  = "refund.requires_review"
 )
 
 // Types lists every event type.
-var Types = []string{PaymentProcessing, PaymentSucceeded, PaymentFailed, PaymentRequiresReview, RefundSucceeded, RefundFailed}
+var Types = []string{PaymentProcessing, PaymentSucceeded, PaymentFailed, PaymentRequiresReview, RefundSucceeded, RefundFailed, RefundRequiresReview}
 
 // Retention is how long events are kept (and listed).
 const Retention = 30 * 24 * time.Hour

@@ -350,7 +350,7 @@ type eventPage struct {
 type EventBody struct {
 	ID        string    `json:"id" example:"evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
 	Object    string    `json:"object" example:"event"`
-	Type      string    `json:"type" example:"payment.succeeded" enums:"payment.processing,payment.succeeded,payment.failed,payment.requires_review,refund.succeeded,refund.failed"`
+	Type      string    `json:"type" example:"payment.succeeded" enums:"payment.processing,payment.succeeded,payment.failed,payment.requires_review,refund.succeeded,refund.failed,refund.requires_review"`
 	CreatedAt time.Time `json:"created_at" format:"date-time"`
 	// Data.object is the payment or refund as GET returns it, at the transition.
 	Data map[string]any `json:"data"`
@@ -364,7 +364,7 @@ type EventBody struct {
 // @Produce      json
 // @Produce      application/problem+json
 // @Security     BearerAuth
-// @Param        type         query string false "Only this type" Enums(payment.processing, payment.succeeded, payment.failed, payment.requires_review, refund.succeeded, refund.failed)
+// @Param        type         query string false "Only this type" Enums(payment.processing, payment.succeeded, payment.failed, payment.requires_review, refund.succeeded, refund.failed, refund.requires_review)
 // @Param        created_from query string false "Created at or after (RFC 3339)" format(date-time)
 // @Param        limit        query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
 // @Param        cursor       query string false "The next_cursor of the previous page"

@@ -51,13 +51,14 @@ type Resolution struct {
 	Note   string
 }
 
-// ProviderDisagrees is the 409 of a resolution the provider contradicts:
-// its answer is final and says otherwise.
-func providerDisagrees(res providers.Result) error {
+// providerDisagrees is the 409 of a resolution the provider contradicts:
+// its answer is final and says otherwise. idField names the provider's id
+// of the charge or refund.
+func providerDisagrees(outcome providers.Outcome, idField, id, failureCode string) error {
 	return problem.New(fiber.StatusConflict, "provider_disagrees",
 		"the provider's final answer contradicts this resolution").
-		With("provider_outcome", string(res.Outcome)).With("provider_transaction_id", res.TransactionID).
-		With("provider_failure_code", res.FailureCode)
+		With("provider_outcome", string(outcome)).With(idField, id).
+		With("provider_failure_code", failureCode)
 }
 
 // Resolve settles a payment in review — or processing, untouched for
@@ -99,7 +100,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	if res, err := s.lookup(ctx, &p); err == nil && res.Outcome.Final() {
 		agrees := (res.Outcome == providers.OutcomeSucceeded) == (r.Status == StatusSucceeded)
 		if !agrees {
-			return giveBack(providerDisagrees(res))
+			return giveBack(providerDisagrees(res.Outcome, "provider_transaction_id", res.TransactionID, res.FailureCode))
 		}
 		f.TransactionID = res.TransactionID
 	}
@@ -142,4 +143,97 @@ func resolvedView(v View) map[string]any {
 	return map[string]any{"status": v.Status, "amount": v.Amount, "currency": v.Currency,
 		"failure_code": v.FailureCode, "provider": v.Provider, "provider_reference": v.ProviderReference,
 		"provider_transaction_id": v.ProviderTransactionID}
+}
+
+// RefundResolution is an operator's decision on a refund the gateway could
+// not settle.
+type RefundResolution struct {
+	Status RefundStatus // succeeded or failed
+	Note   string
+}
+
+// ResolveRefund settles a refund in review — or pending, untouched for
+// SWEEP_STALE_AFTER — as Resolve does a payment: the refund's outcome (a
+// failed one giving its amount back to the payment), its key's stored
+// answer and the audit event commit in one transaction, after the
+// provider is asked once more and does not contradict the decision.
+func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResolution) (Refund, error) {
+	r, err := s.store.getRefundAny(ctx, id)
+	if err != nil {
+		return Refund{}, err
+	}
+	if r.final() {
+		return r, problem.New(fiber.StatusConflict, "refund_final", "the refund is final already")
+	}
+	inProgress := problem.New(fiber.StatusConflict, "refund_in_progress",
+		"a request or settler is working on this refund, or its last attempt is recent; retry later").WithRetryAfter(5)
+	claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: r.MerchantID, Key: r.IdempotencyKey, Lease: s.cfg.Lease})
+	if err != nil {
+		return Refund{}, err
+	}
+	if !ok {
+		return r, inProgress
+	}
+	giveBack := func(cause error) (Refund, error) {
+		if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+			return r, errors.Join(cause, err)
+		}
+		return r, cause
+	}
+	if r.Status == RefundPending && claim.SinceAttempt < s.cfg.StaleAfter {
+		return giveBack(inProgress)
+	}
+	f := refundParams{Status: d.Status, At: s.now()}
+	if d.Status == RefundFailed {
+		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
+	}
+	if res, err := s.lookupRefund(ctx, &r); err == nil && res.Outcome.Final() {
+		if (res.Outcome == providers.OutcomeSucceeded) != (d.Status == RefundSucceeded) {
+			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
+		}
+		f.RefundID = res.RefundID
+	}
+	before := refundAuditView(&r)
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ok, err := s.store.finishRefund(ctx, tx, r.MerchantID, r.ID, f)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errSkipped
+		}
+		f.applyTo(&r)
+		if r.Status == RefundFailed {
+			if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
+				return err
+			}
+		}
+		if err := s.keys.Complete(ctx, tx, claim, renderRefund(&r)); err != nil {
+			return err
+		}
+		if err := s.emitRefund(ctx, tx, &r); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, audit.Change{Action: audit.RefundResolved, TargetType: "refund", TargetID: r.ID,
+			TenantID: r.MerchantID, Before: before, After: refundAuditView(&r), Note: d.Note})
+	})
+	switch {
+	case errors.Is(err, errSkipped):
+		cur, _ := s.store.getRefundAny(ctx, id)
+		return cur, problem.New(fiber.StatusConflict, "refund_final", "the refund was settled meanwhile")
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return r, inProgress
+	case err != nil:
+		return Refund{}, err
+	}
+	s.cfg.Log.WarnContext(ctx, "refund resolved by an operator", "merchant_id", r.MerchantID, "refund_id", r.ID,
+		"payment_id", r.PaymentID, "status", string(r.Status))
+	return r, nil
+}
+
+// refundAuditView is what the audit log keeps of a refund.
+func refundAuditView(r *Refund) map[string]any {
+	return map[string]any{"status": r.Status, "amount": r.Amount, "currency": r.Currency, "payment_id": r.PaymentID,
+		"failure_code": r.FailureCode, "provider": r.Provider, "provider_reference": r.ProviderReference,
+		"provider_refund_id": r.ProviderRefundID}
 }

@@ -1,6 +1,7 @@
 package payments_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -42,6 +43,7 @@ func TestOperatorDesk(t *testing.T) {
 		for _, r := range []struct{ method, path string }{
 			{"GET", "/admin/v1/payments"}, {"GET", "/admin/v1/payments/pay_00000000000000000000000000000000"},
 			{"POST", "/admin/v1/payments/pay_00000000000000000000000000000000/resolve"}, {"GET", "/admin/v1/audit-events"},
+			{"GET", "/admin/v1/refunds"}, {"POST", "/admin/v1/refunds/re_00000000000000000000000000000000/resolve"},
 			{"GET", "/admin/v1/tenants"}, {"POST", "/admin/v1/tenants"}, {"PATCH", "/admin/v1/tenants/" + a.ID},
 			{"POST", "/admin/v1/tenants/" + a.ID + "/credentials"}, {"GET", "/admin/v1/tenants/" + a.ID},
 		} {
@@ -209,4 +211,121 @@ func TestOperatorDesk(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, g.Get(m, "/v1/payments?"+q).StatusCode, q)
 		}
 	})
+}
+
+// A refund the provider leaves pending past REVIEW_AFTER is flagged
+// requires_review (an event, the merchant's view, the operator's queue;
+// its amount still reserved, its key still in progress), and an operator
+// resolves it as a payment is resolved: refused while the provider
+// contradicts the decision or work is under way, then the refund, its
+// key's answer and the audit event together.
+func TestRefundReviewAndResolution(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); refundReview(t, apptest.Start(t)) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); refundReview(t, apptest.Start(t, apptest.SQLite())) })
+}
+
+func refundReview(t *testing.T, g *apptest.Gateway) {
+	m := g.Onboard(nil)
+	other := g.Onboard(nil)
+	id := paid(t, g, m, "p", 5000)
+	flag := map[string]any{"amount": 1000, "reason": "sim_pending"}
+	late := map[string]any{"amount": 1500, "reason": "sim_pending"}
+	require.Equal(t, http.StatusAccepted, refundOf(g, m, id, "r-flag", flag).StatusCode)
+	lateRe := refundOf(g, m, id, "r-late", late)
+	require.Equal(t, http.StatusAccepted, lateRe.StatusCode)
+	lateID := lateRe.JSON(t)["id"].(string)
+	fresh := refundOf(g, m, id, "r-fresh", map[string]any{"amount": 500, "reason": "sim_pending"})
+	require.Equal(t, http.StatusAccepted, fresh.StatusCode)
+	freshID := fresh.JSON(t)["id"].(string)
+
+	inProgress := adminDo(g, "POST", "/admin/v1/refunds/"+freshID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	require.Equal(t, http.StatusConflict, inProgress.StatusCode, string(inProgress.Body))
+	require.Equal(t, "refund_in_progress", inProgress.Code(t), "its last attempt is recent")
+
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "refunds", "created_at")
+	c := sweep(t, g)
+	require.Equal(t, 3, c.Review, "%+v", c)
+	again := sweep(t, g)
+	require.Equal(t, 3, again.Review, "still looked up, still in review: %+v", again)
+
+	v := g.Get(m, "/v1/refunds/"+lateID)
+	require.Equal(t, "requires_review", v.JSON(t)["status"])
+	require.Equal(t, float64(3000), amountRefunded(t, g, m, id), "flagged refunds keep their amount reserved")
+	evs := g.Get(m, "/v1/events?type=refund.requires_review").JSON(t)["data"].([]any)
+	require.Len(t, evs, 3, "one event per flagged refund")
+	require.Empty(t, g.Get(other, "/v1/events?type=refund.requires_review").JSON(t)["data"])
+	retry := refundOf(g, m, id, "r-flag", flag)
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, "the key stays in progress: %s", retry.Body)
+	require.Equal(t, "requires_review", retry.JSON(t)["status"])
+
+	queue := adminDo(g, "GET", "/admin/v1/refunds?status=requires_review&tenant_id="+m.ID, nil)
+	require.Equal(t, http.StatusOK, queue.StatusCode, string(queue.Body))
+	require.Len(t, queue.JSON(t)["data"], 3)
+	require.Equal(t, m.ID, queue.JSON(t)["data"].([]any)[0].(map[string]any)["tenant_id"])
+	require.Empty(t, adminDo(g, "GET", "/admin/v1/refunds?status=requires_review&tenant_id="+other.ID, nil).JSON(t)["data"])
+	page := adminDo(g, "GET", "/admin/v1/refunds?limit=1", nil).JSON(t)
+	next := adminDo(g, "GET", "/admin/v1/refunds?limit=1&cursor="+page["next_cursor"].(string), nil)
+	require.Equal(t, http.StatusOK, next.StatusCode)
+	require.NotEqual(t, page["data"].([]any)[0].(map[string]any)["id"], next.JSON(t)["data"].([]any)[0].(map[string]any)["id"])
+	for _, q := range []string{"status=processing", "tenant_id=%00", "limit=0", "cursor=pay_x"} {
+		r := adminDo(g, "GET", "/admin/v1/refunds?"+q, nil)
+		require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
+		require.Equal(t, "invalid_request", r.Code(t), q)
+	}
+
+	flagID := retry.JSON(t)["id"].(string)
+	for _, bad := range []map[string]any{{"status": "failed"}, {"status": "pending", "note": "x"}, {"status": "failed", "note": "a\x00b"}} {
+		r := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", bad)
+		require.Equal(t, http.StatusBadRequest, r.StatusCode, "%v", bad)
+	}
+	require.Equal(t, http.StatusNotFound, adminDo(g, "POST", "/admin/v1/refunds/re_00000000000000000000000000000000/resolve",
+		map[string]any{"status": "failed", "note": "x"}).StatusCode)
+	require.Equal(t, "refund_not_found", adminDo(g, "POST", "/admin/v1/refunds/pay_x/resolve",
+		map[string]any{"status": "failed", "note": "x"}).Code(t))
+
+	ageKeys(t, g, time.Hour) // the sweep's and the retry's leases lapse
+	r := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "failed", "note": "no such refund at the provider"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.Equal(t, "failed", r.JSON(t)["status"])
+	require.Equal(t, "resolved_by_operator", r.JSON(t)["failure_code"])
+	require.Equal(t, m.ID, r.JSON(t)["tenant_id"])
+	require.Equal(t, float64(2000), amountRefunded(t, g, m, id), "a failed refund gives its amount back")
+	replay := refundOf(g, m, id, "r-flag", flag)
+	require.Equal(t, http.StatusCreated, replay.StatusCode, string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "failed", replay.JSON(t)["status"])
+	twice := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "succeeded", "note": "second thoughts"})
+	require.Equal(t, http.StatusConflict, twice.StatusCode)
+	require.Equal(t, "refund_final", twice.Code(t))
+	var ev map[string]any
+	for _, e := range adminDo(g, "GET", "/admin/v1/audit-events?action=refund.resolved&tenant_id="+m.ID, nil).JSON(t)["data"].([]any) {
+		if e.(map[string]any)["target_id"] == flagID {
+			require.Nil(t, ev, "one audit event per resolution")
+			ev = e.(map[string]any)
+		}
+	}
+	require.NotNil(t, ev)
+	require.Equal(t, "refund", ev["target_type"])
+	require.Equal(t, "no such refund at the provider", ev["note"])
+	require.Equal(t, "requires_review", ev["before"].(map[string]any)["status"])
+	require.Equal(t, "failed", ev["after"].(map[string]any)["status"])
+	require.Len(t, g.Get(m, "/v1/events?type=refund.failed").JSON(t)["data"], 1)
+
+	// The provider has refunded the late one by now: failing it is refused.
+	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_refunds", "settle_at")
+	no := adminDo(g, "POST", "/admin/v1/refunds/"+lateID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	require.Equal(t, http.StatusConflict, no.StatusCode, string(no.Body))
+	require.Equal(t, "provider_disagrees", no.Code(t))
+	require.Equal(t, "succeeded", no.JSON(t)["provider_outcome"])
+	still, err := g.App.Payments.Store().RefundByKey(context.Background(), nil, m.ID, "r-late")
+	require.NoError(t, err)
+	require.Equal(t, "requires_review", string(still.Status), "nothing changed")
+	yes := adminDo(g, "POST", "/admin/v1/refunds/"+lateID+"/resolve", map[string]any{"status": "succeeded", "note": "the provider has it"})
+	require.Equal(t, http.StatusOK, yes.StatusCode, string(yes.Body))
+	require.Equal(t, "succeeded", yes.JSON(t)["status"])
+	require.NotEmpty(t, yes.JSON(t)["provider_refund_id"])
+	require.Equal(t, 1, simRefunds(t, g, m.ID, "r-late"))
+	require.Equal(t, float64(2000), amountRefunded(t, g, m, id))
 }

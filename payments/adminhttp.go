@@ -17,6 +17,8 @@ func (h *Handler) AdminRoutes(r fiber.Router) {
 	r.Get("/payments", h.adminSearch)
 	r.Get("/payments/:id", h.adminGet)
 	r.Post("/payments/:id/resolve", h.adminResolve)
+	r.Get("/refunds", h.adminSearchRefunds)
+	r.Post("/refunds/:id/resolve", h.adminResolveRefund)
 }
 
 // AdminView is a payment as the operator desk shows it: with its tenant.
@@ -50,6 +52,19 @@ type AdminDetail struct {
 	Key       *KeyState    `json:"key,omitempty"`
 	Refunds   []RefundView `json:"refunds"`
 } // @name AdminPaymentDetail
+
+// AdminRefund is a refund as the operator desk shows it: with its tenant.
+type AdminRefund struct {
+	RefundView
+	TenantID string `json:"tenant_id" example:"ten_df4a0c1b2e3f405162738495"`
+} // @name AdminRefund
+
+// AdminRefundPage is one page of refunds.
+type AdminRefundPage struct {
+	Data       []AdminRefund `json:"data"`
+	HasMore    bool          `json:"has_more" example:"false"`
+	NextCursor string        `json:"next_cursor,omitempty" example:"MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"`
+} // @name AdminRefundPage
 
 // ResolveRequest is an operator's decision.
 type ResolveRequest struct {
@@ -182,19 +197,11 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 	if !wellFormedID(id) {
 		return errPaymentNotFound
 	}
-	var req ResolveRequest
-	if err := reqjson.Decode(c.Body(), &req); err != nil {
-		return problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+	st, note, err := decodeResolution(c.Body())
+	if err != nil {
+		return err
 	}
-	st := Status(req.Status)
-	if st != StatusSucceeded && st != StatusFailed {
-		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be succeeded or failed"})
-	}
-	note := strings.TrimSpace(req.Note)
-	if note == "" || !printableText(note, 1000) {
-		return problem.Invalid(problem.FieldError{Field: "note", Reason: "is required: what was checked, 1 to 1000 characters"})
-	}
-	p, err := h.svc.Resolve(c.UserContext(), id, Resolution{Status: st, Note: note})
+	p, err := h.svc.Resolve(c.UserContext(), id, Resolution{Status: Status(st), Note: note})
 	if errors.Is(err, ErrNotFound) {
 		return errPaymentNotFound
 	}
@@ -202,6 +209,112 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(AdminView{View: p.View(), TenantID: p.MerchantID})
+}
+
+// adminSearchRefunds godoc
+// @Summary      Search refunds (operators)
+// @Description  Refunds across tenants, newest first, in pages. The refunds' review queue is `status=requires_review`:
+// @Description  refunds whose outcome the provider has not told past REVIEW_AFTER.
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        tenant_id query string false "Only this tenant's"
+// @Param        status    query string false "Only in this status" Enums(pending, succeeded, failed, requires_review)
+// @Param        limit     query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
+// @Param        cursor    query string false "The next_cursor of the previous page"
+// @Success      200 {object} AdminRefundPage
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @ID           adminSearchRefunds
+// @Router       /admin/v1/refunds [get]
+func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
+	p := RefundSearchParams{TenantID: c.Query("tenant_id"), Status: RefundStatus(c.Query("status"))}
+	switch p.Status {
+	case "", RefundPending, RefundSucceeded, RefundFailed, RefundRequiresReview:
+	default:
+		return problem.Invalid(problem.FieldError{Field: "status", Reason: "must be pending, succeeded, failed or requires_review"})
+	}
+	if p.TenantID != "" && !plainToken(p.TenantID, 64) {
+		return problem.Invalid(problem.FieldError{Field: "tenant_id", Reason: "is not one the gateway makes"})
+	}
+	var err error
+	if p.Limit, p.After, err = pageParams(c, "re_"); err != nil {
+		return err
+	}
+	rows, err := h.svc.store.SearchRefunds(c.UserContext(), p)
+	if err != nil {
+		return err
+	}
+	page := AdminRefundPage{Data: make([]AdminRefund, 0, len(rows))}
+	if len(rows) > p.Limit {
+		page.HasMore = true
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		page.NextCursor = encodeCursor(Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	for i := range rows {
+		page.Data = append(page.Data, AdminRefund{RefundView: rows[i].View(), TenantID: rows[i].MerchantID})
+	}
+	return c.JSON(page)
+}
+
+// adminResolveRefund godoc
+// @Summary      Resolve a refund (operators)
+// @Description  Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+// @Description  payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+// @Description  stored answer and the audit event commit together, after the provider is asked once more (409
+// @Description  provider_disagrees when its final answer says otherwise).
+// @Tags         admin
+// @Accept       json
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        id      path string         true "Refund id" extensions(x-example=re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8)
+// @Param        request body ResolveRequest true "The decision"
+// @Success      200 {object} AdminRefund
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "refund_not_found"
+// @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @ID           adminResolveRefund
+// @Router       /admin/v1/refunds/{id}/resolve [post]
+func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {
+	notFound := problem.New(fiber.StatusNotFound, "refund_not_found", "no such refund")
+	id := c.Params("id")
+	if !wellFormed("re_", id) {
+		return notFound
+	}
+	st, note, err := decodeResolution(c.Body())
+	if err != nil {
+		return err
+	}
+	r, err := h.svc.ResolveRefund(c.UserContext(), id, RefundResolution{Status: RefundStatus(st), Note: note})
+	if errors.Is(err, ErrNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(AdminRefund{RefundView: r.View(), TenantID: r.MerchantID})
+}
+
+// decodeResolution reads and checks an operator's decision.
+func decodeResolution(body []byte) (status, note string, err error) {
+	var req ResolveRequest
+	if err := reqjson.Decode(body, &req); err != nil {
+		return "", "", problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+	}
+	if req.Status != string(StatusSucceeded) && req.Status != string(StatusFailed) {
+		return "", "", problem.Invalid(problem.FieldError{Field: "status", Reason: "must be succeeded or failed"})
+	}
+	note = strings.TrimSpace(req.Note)
+	if note == "" || !printableText(note, 1000) {
+		return "", "", problem.Invalid(problem.FieldError{Field: "note", Reason: "is required: what was checked, 1 to 1000 characters"})
+	}
+	return req.Status, note, nil
 }
 
 func checkStatusFilter(st Status) error {

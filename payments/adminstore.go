@@ -61,3 +61,37 @@ func (s *Store) getAny(ctx context.Context, id string) (Payment, error) {
 	err := s.exec(ctx, nil).Where("id = ?", id).Take(&p).Error
 	return p, interpret("get", err)
 }
+
+// RefundSearchParams selects a page of refunds across tenants, newest
+// first.
+type RefundSearchParams struct {
+	TenantID string
+	Status   RefundStatus
+	Limit    int
+	After    *Cursor
+}
+
+// SearchRefunds returns up to p.Limit+1 refunds matching p.
+func (s *Store) SearchRefunds(ctx context.Context, p RefundSearchParams) ([]Refund, error) {
+	q := s.exec(ctx, nil)
+	if p.TenantID != "" {
+		q = q.Where("merchant_id = ?", p.TenantID)
+	}
+	if p.Status != "" {
+		q = q.Where("status = ?", p.Status)
+	}
+	if p.After != nil {
+		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.CreatedAt, p.After.CreatedAt, p.After.ID)
+	}
+	var out []Refund
+	err := q.Order("created_at DESC, id DESC").Limit(p.Limit + 1).Find(&out).Error
+	return out, interpret("search refunds", err)
+}
+
+// getRefundAny returns the refund with this id, whoever's it is (the
+// operator desk; a multi-shard read by id, as getAny).
+func (s *Store) getRefundAny(ctx context.Context, id string) (Refund, error) {
+	var r Refund
+	err := s.exec(ctx, nil).Where("id = ?", id).Take(&r).Error
+	return r, interpret("get refund", err)
+}

@@ -18,12 +18,16 @@ import (
 // RefundStatus is the state of a refund.
 type RefundStatus string // @name RefundStatus
 
-// Refund states. pending is the only open one: the provider has not said
-// (or we did not hear) how it ended.
+// Refund states. pending and requires_review are the open ones: the
+// provider has not said (or we did not hear) how it ended; past
+// REVIEW_AFTER a pending refund is flagged requires_review for an operator
+// (its key stays in progress and it is still looked up). Both keep their
+// amount reserved on the payment.
 const (
-	RefundPending   RefundStatus = "pending"
-	RefundSucceeded RefundStatus = "succeeded"
-	RefundFailed    RefundStatus = "failed"
+	RefundPending        RefundStatus = "pending"
+	RefundSucceeded      RefundStatus = "succeeded"
+	RefundFailed         RefundStatus = "failed"
+	RefundRequiresReview RefundStatus = "requires_review"
 )
 
 // Refund is one row of the refunds ledger, made under its own idempotency
@@ -58,6 +62,9 @@ func (Refund) TableName() string { return "refunds" }
 
 func (r *Refund) age() time.Duration { return time.Duration(r.AgeSeconds * float64(time.Second)) }
 
+// final reports whether the refund's outcome is recorded.
+func (r *Refund) final() bool { return r.Status == RefundSucceeded || r.Status == RefundFailed }
+
 // retryable reports whether a failed refund ended with its key released
 // (the provider certainly made no refund), so a new claim may refund.
 func (r *Refund) retryable() bool {
@@ -71,7 +78,7 @@ type RefundView struct {
 	PaymentID         string          `json:"payment_id" example:"pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"`
 	Amount            int64           `json:"amount" example:"3000"`
 	Currency          string          `json:"currency" example:"NGN"`
-	Status            RefundStatus    `json:"status" example:"succeeded" enums:"pending,succeeded,failed"`
+	Status            RefundStatus    `json:"status" example:"succeeded" enums:"pending,succeeded,failed,requires_review"`
 	Reason            string          `json:"reason,omitempty" example:"requested_by_customer"`
 	Provider          string          `json:"provider" example:"simulator"`
 	ProviderReference string          `json:"provider_reference" example:"or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -67,7 +68,7 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		s.cfg.Log.ErrorContext(ctx, "refund could not be opened; answered 503", "merchant_id", m.ID, "err", err)
 		return Answer{}, dbUnavailable()
 	}
-	if r.Status != RefundPending {
+	if r.final() {
 		// Final in the ledger already (its stored answer was purged).
 		a, err := s.completeRefund(ctx, claim, &r)
 		return replayed(a), err
@@ -170,8 +171,8 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			r.Amount, r.Reason, r.Metadata = amount, in.Reason, in.Metadata
 			r.Status = RefundPending
 			redrive = fromCode == FailureNotProcessed
-		case r.Status != RefundPending:
-			return nil // final: answered from the ledger
+		case r.final():
+			return nil // answered from the ledger
 		default:
 			redrive = true // taken over: re-sent with the same reference
 		}
@@ -285,11 +286,15 @@ func (s *Service) settleRefundTx(ctx context.Context, tx *gorm.DB, r *Refund, re
 	return s.emitRefund(ctx, tx, r)
 }
 
-// emitRefund writes the event of a refund's final state in tx.
+// emitRefund writes the event of a refund's final state (or its flag for
+// review) in tx.
 func (s *Service) emitRefund(ctx context.Context, tx *gorm.DB, r *Refund) error {
 	typ := events.RefundSucceeded
-	if r.Status == RefundFailed {
+	switch r.Status {
+	case RefundFailed:
 		typ = events.RefundFailed
+	case RefundRequiresReview:
+		typ = events.RefundRequiresReview
 	}
 	return s.cfg.Events.Emit(ctx, tx, events.Params{MerchantID: r.MerchantID, Type: typ, ObjectID: r.ID, Attempt: r.Attempts, Code: r.FailureCode, Object: r.View()})
 }
@@ -412,25 +417,25 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 	if r.retryable() {
 		return Released, s.keys.Release(ctx, claim)
 	}
-	if r.Status != RefundPending {
+	if r.final() {
 		if _, err := s.completeRefund(ctx, claim, &r); err != nil {
 			return "", err
 		}
 		return Skipped, nil
 	}
-	var res providers.RefundResult
-	err = s.pace(ctx, r.Provider, claim.LeaseEnds)
-	if err == nil {
-		res, err = s.lookupRefund(ctx, &r)
+	if err := s.pace(ctx, r.Provider, claim.LeaseEnds); err != nil {
+		// The run ended while waiting its turn: nothing asked, the key
+		// left for the next run.
+		rctx, cancel := s.recordContext(ctx)
+		defer cancel()
+		return Pending, errors.Join(err, s.keys.LeaveInProgress(rctx, claim))
 	}
+	res, err := s.lookupRefund(ctx, &r)
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	if err != nil || !res.Outcome.Final() && res.Outcome != providers.OutcomeNotFound ||
 		res.Outcome == providers.OutcomeNotFound && !mayRelease {
-		if lerr := s.keys.LeaveInProgress(ctx, claim); lerr != nil && !errors.Is(lerr, idempotency.ErrLostClaim) {
-			return "", lerr
-		}
-		return Pending, err
+		return s.refundStillUnknown(ctx, claim, &r, err)
 	}
 	if res.Outcome == providers.OutcomeNotFound {
 		ok, err := s.neverRefunded(ctx, claim, &r, FailureNotProcessed,
@@ -450,6 +455,48 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		return "", err
 	}
 	return Resolved, nil
+}
+
+// refundStillUnknown leaves a refund's key in progress for the next run
+// and, after ReviewAfter, flags the refund requires_review for a human —
+// only while the claim still owns the key (as stillUnknown for payments).
+func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Claim, r *Refund, cause error) (Settlement, error) {
+	if cause != nil {
+		cause = fmt.Errorf("payments: settle refund %s: %w", r.ID, cause)
+	}
+	if r.Status == RefundRequiresReview || r.age() < s.cfg.ReviewAfter {
+		if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+			return "", errors.Join(cause, err)
+		}
+		if r.Status == RefundRequiresReview {
+			return Review, cause
+		}
+		return Pending, cause
+	}
+	flagged := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
+			return err
+		}
+		at := s.now()
+		ok, err := s.store.markRefundReview(ctx, tx, r.MerchantID, r.ID, at)
+		if err != nil || !ok {
+			return err
+		}
+		flagged = true
+		r.Status, r.UpdatedAt = RefundRequiresReview, at
+		return s.emitRefund(ctx, tx, r)
+	})
+	switch {
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return Skipped, cause
+	case err != nil:
+		return "", errors.Join(cause, err)
+	case flagged:
+		s.cfg.Log.WarnContext(ctx, "refund requires review: provider outcome unknown past REVIEW_AFTER",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider)
+	}
+	return Review, cause
 }
 
 // lookupRefund asks the refund's provider about its reference.
@@ -475,7 +522,7 @@ func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.Refund
 // is first settled by lookup, at most once per PollEvery (as Poll).
 func (s *Service) PollRefund(ctx context.Context, merchantID, id string) (Refund, error) {
 	r, err := s.store.GetRefund(ctx, merchantID, id)
-	if err != nil || r.Status != RefundPending {
+	if err != nil || r.final() {
 		return r, err
 	}
 	claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{

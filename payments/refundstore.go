@@ -42,11 +42,14 @@ func (s *Store) ListRefunds(ctx context.Context, merchantID, paymentID string, l
 	return out, interpret("list refunds", err)
 }
 
-// pendingRefunds returns a payment's refunds still pending, for a
+// openRefund are the states a settler may still move a refund from.
+var openRefund = []RefundStatus{RefundPending, RefundRequiresReview}
+
+// pendingRefunds returns a payment's refunds still open, for a
 // provider's refund event.
 func (s *Store) pendingRefunds(ctx context.Context, merchantID, paymentID string) ([]Refund, error) {
 	var out []Refund
-	err := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ? AND status = ?", merchantID, paymentID, RefundPending).
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ? AND status IN ?", merchantID, paymentID, openRefund).
 		Order("created_at, id").Limit(100).Find(&out).Error
 	return out, interpret("pending refunds", err)
 }
@@ -118,17 +121,28 @@ func (f refundParams) applyTo(r *Refund) {
 	}
 }
 
-// finishRefund moves a pending refund to its outcome; ok is false, with
-// nothing written, when it is no longer pending (another settler won).
+// finishRefund moves an open refund to its outcome; ok is false, with
+// nothing written, when it is final already (another settler won).
 func (s *Store) finishRefund(ctx context.Context, tx *gorm.DB, merchantID, id string, f refundParams) (ok bool, err error) {
 	values := map[string]any{"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage, "updated_at": f.At}
 	if f.RefundID != "" {
 		values["provider_refund_id"] = f.RefundID
 	}
 	res := s.exec(ctx, tx).Model(&Refund{}).
-		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, RefundPending).Updates(values)
+		Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id, openRefund).Updates(values)
 	if res.Error != nil {
 		return false, interpret("finish refund", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// markRefundReview flags a pending refund requires_review; ok is false
+// when it is no longer pending.
+func (s *Store) markRefundReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) (ok bool, err error) {
+	res := s.exec(ctx, tx).Model(&Refund{}).Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, RefundPending).
+		Updates(map[string]any{"status": RefundRequiresReview, "updated_at": at})
+	if res.Error != nil {
+		return false, interpret("flag refund for review", res.Error)
 	}
 	return res.RowsAffected == 1, nil
 }

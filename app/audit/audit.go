@@ -1,7 +1,7 @@
 // Package audit is the operators' append-only log: every admin action —
 // a tenant created, updated, suspended or reactivated, credentials
 // rotated, provider secrets changed (their names, never their values), a
-// payment resolved — with its time, action, target, request id, and the
+// payment or refund resolved — with its time, action, target, request id, and the
 // non-secret fields before and after.
 //
 // An event is written by Record in the transaction of the change it
@@ -33,6 +33,7 @@ const (
 	CredentialsRotated  = "tenant.credentials_rotated"
 	ProviderSecretsSet  = "tenant.provider_secrets_changed"
 	PaymentResolved     = "payment.resolved"
+	RefundResolved      = "refund.resolved"
 	EndpointDisabled    = "webhook_endpoint.disabled"
 	actorAdmin          = "admin"
 	actorSystem         = "system"
@@ -46,7 +47,7 @@ type ctxKey string
 
 // Actions lists every action, for validating a filter.
 var Actions = []string{TenantCreated, TenantUpdated, TenantSuspended, TenantReactivated,
-	CredentialsRotated, ProviderSecretsSet, PaymentResolved, EndpointDisabled}
+	CredentialsRotated, ProviderSecretsSet, PaymentResolved, RefundResolved, EndpointDisabled}
 
 // Event is one row of audit_events.
 type Event struct {

@@ -60,6 +60,7 @@ const (
 	EventTypePaymentRequiresReview EventType = "payment.requires_review"
 	EventTypePaymentSucceeded      EventType = "payment.succeeded"
 	EventTypeRefundFailed          EventType = "refund.failed"
+	EventTypeRefundRequiresReview  EventType = "refund.requires_review"
 	EventTypeRefundSucceeded       EventType = "refund.succeeded"
 )
 
@@ -75,6 +76,8 @@ func (e EventType) Valid() bool {
 	case EventTypePaymentSucceeded:
 		return true
 	case EventTypeRefundFailed:
+		return true
+	case EventTypeRefundRequiresReview:
 		return true
 	case EventTypeRefundSucceeded:
 		return true
@@ -160,9 +163,10 @@ func (e ReadinessStatus) Valid() bool {
 
 // Defines values for RefundStatus.
 const (
-	RefundStatusRefundFailed    RefundStatus = "failed"
-	RefundStatusRefundPending   RefundStatus = "pending"
-	RefundStatusRefundSucceeded RefundStatus = "succeeded"
+	RefundStatusRefundFailed         RefundStatus = "failed"
+	RefundStatusRefundPending        RefundStatus = "pending"
+	RefundStatusRefundRequiresReview RefundStatus = "requires_review"
+	RefundStatusRefundSucceeded      RefundStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RefundStatus enum.
@@ -171,6 +175,8 @@ func (e RefundStatus) Valid() bool {
 	case RefundStatusRefundFailed:
 		return true
 	case RefundStatusRefundPending:
+		return true
+	case RefundStatusRefundRequiresReview:
 		return true
 	case RefundStatusRefundSucceeded:
 		return true
@@ -317,6 +323,30 @@ func (e AdminSearchPaymentsParamsStatus) Valid() bool {
 	}
 }
 
+// Defines values for AdminSearchRefundsParamsStatus.
+const (
+	AdminSearchRefundsParamsStatusFailed         AdminSearchRefundsParamsStatus = "failed"
+	AdminSearchRefundsParamsStatusPending        AdminSearchRefundsParamsStatus = "pending"
+	AdminSearchRefundsParamsStatusRequiresReview AdminSearchRefundsParamsStatus = "requires_review"
+	AdminSearchRefundsParamsStatusSucceeded      AdminSearchRefundsParamsStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the AdminSearchRefundsParamsStatus enum.
+func (e AdminSearchRefundsParamsStatus) Valid() bool {
+	switch e {
+	case AdminSearchRefundsParamsStatusFailed:
+		return true
+	case AdminSearchRefundsParamsStatusPending:
+		return true
+	case AdminSearchRefundsParamsStatusRequiresReview:
+		return true
+	case AdminSearchRefundsParamsStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for IssueTokenFormdataBodyGrantType.
 const (
 	ClientCredentials IssueTokenFormdataBodyGrantType = "client_credentials"
@@ -339,6 +369,7 @@ const (
 	ListEventsParamsTypePaymentRequiresReview ListEventsParamsType = "payment.requires_review"
 	ListEventsParamsTypePaymentSucceeded      ListEventsParamsType = "payment.succeeded"
 	ListEventsParamsTypeRefundFailed          ListEventsParamsType = "refund.failed"
+	ListEventsParamsTypeRefundRequiresReview  ListEventsParamsType = "refund.requires_review"
 	ListEventsParamsTypeRefundSucceeded       ListEventsParamsType = "refund.succeeded"
 )
 
@@ -354,6 +385,8 @@ func (e ListEventsParamsType) Valid() bool {
 	case ListEventsParamsTypePaymentSucceeded:
 		return true
 	case ListEventsParamsTypeRefundFailed:
+		return true
+	case ListEventsParamsTypeRefundRequiresReview:
 		return true
 	case ListEventsParamsTypeRefundSucceeded:
 		return true
@@ -533,6 +566,69 @@ type AdminPaymentPage struct {
 	HasMore bool `json:"has_more"`
 
 	// NextCursor Example: MjAyNi0xMi0wMlQxMDowMDowMFp8cGF5XzAx
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AdminRefund defines model for AdminRefund.
+type AdminRefund struct {
+	// Amount Example: 3000
+	Amount int `json:"amount"`
+
+	// CreatedAt Example: 2026-12-03T10:00:00Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// Currency Example: NGN
+	Currency string `json:"currency"`
+
+	// FailureCode Example: exceeds_charge
+	FailureCode *string `json:"failure_code,omitempty"`
+
+	// FailureMessage Example: The refund exceeds what is left of the charge.
+	FailureMessage *string `json:"failure_message,omitempty"`
+
+	// Id Example: re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8
+	Id string `json:"id"`
+
+	// IdempotencyKey Example: refund-7c1b
+	IdempotencyKey string                 `json:"idempotency_key"`
+	Metadata       map[string]interface{} `json:"metadata"`
+
+	// Object Example: refund
+	Object string `json:"object"`
+
+	// PaymentId Example: pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6
+	PaymentId string `json:"payment_id"`
+
+	// Provider Example: simulator
+	Provider string `json:"provider"`
+
+	// ProviderReference Example: or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d
+	ProviderReference string `json:"provider_reference"`
+
+	// ProviderRefundId Example: simre_2b6c7d8e
+	ProviderRefundId *string `json:"provider_refund_id,omitempty"`
+
+	// Reason Example: requested_by_customer
+	Reason *string `json:"reason,omitempty"`
+
+	// Status Example: succeeded
+	Status RefundStatus `json:"status"`
+
+	// TenantId Example: ten_df4a0c1b2e3f405162738495
+	TenantId string `json:"tenant_id"`
+
+	// UpdatedAt Example: 2026-12-03T10:00:01Z
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// AdminRefundPage defines model for AdminRefundPage.
+type AdminRefundPage struct {
+	Data []AdminRefund `json:"data"`
+
+	// HasMore Example: false
+	HasMore bool `json:"has_more"`
+
+	// NextCursor Example: MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
@@ -1259,6 +1355,24 @@ type AdminSearchPaymentsParams struct {
 // AdminSearchPaymentsParamsStatus defines parameters for AdminSearchPayments.
 type AdminSearchPaymentsParamsStatus string
 
+// AdminSearchRefundsParams defines parameters for AdminSearchRefunds.
+type AdminSearchRefundsParams struct {
+	// TenantId Only this tenant's
+	TenantId *string `form:"tenant_id,omitempty" json:"tenant_id,omitempty"`
+
+	// Status Only in this status
+	Status *AdminSearchRefundsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Limit Page size, 1 to 100
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// AdminSearchRefundsParamsStatus defines parameters for AdminSearchRefunds.
+type AdminSearchRefundsParamsStatus string
+
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
 	// Limit Page size
@@ -1394,6 +1508,9 @@ type RotateWebhookEndpointSecretParams struct {
 
 // AdminResolvePaymentJSONRequestBody defines body for AdminResolvePayment for application/json ContentType.
 type AdminResolvePaymentJSONRequestBody = ResolveRequest
+
+// AdminResolveRefundJSONRequestBody defines body for AdminResolveRefund for application/json ContentType.
+type AdminResolveRefundJSONRequestBody = ResolveRequest
 
 // CreateTenantJSONRequestBody defines body for CreateTenant for application/json ContentType.
 type CreateTenantJSONRequestBody = CreateTenantRequest
@@ -1537,6 +1654,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
 	AdminResolvePayment(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminSearchRefunds Search refunds (operators)
+	//
+	// Refunds across tenants, newest first, in pages. The refunds' review queue is `status=requires_review`:
+	// refunds whose outcome the provider has not told past REVIEW_AFTER.
+	//
+	// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
+	AdminSearchRefunds(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminResolveRefundWithBody Resolve a refund (operators)
+	//
+	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+	// stored answer and the audit event commit together, after the provider is asked once more (409
+	// provider_disagrees when its final answer says otherwise).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+	AdminResolveRefundWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdminResolveRefund Resolve a refund (operators)
+	//
+	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+	// stored answer and the audit event commit together, after the provider is asked once more (409
+	// provider_disagrees when its final answer says otherwise).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+	AdminResolveRefund(ctx context.Context, id string, body AdminResolveRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTenants List tenants
 	//
@@ -1937,6 +2086,68 @@ func (c *Client) AdminResolvePaymentWithBody(ctx context.Context, id string, con
 // Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
 func (c *Client) AdminResolvePayment(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdminResolvePaymentRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminSearchRefunds Search refunds (operators)
+//
+// Refunds across tenants, newest first, in pages. The refunds' review queue is `status=requires_review`:
+// refunds whose outcome the provider has not told past REVIEW_AFTER.
+//
+// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
+func (c *Client) AdminSearchRefunds(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminSearchRefundsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminResolveRefundWithBody Resolve a refund (operators)
+//
+// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+// stored answer and the audit event commit together, after the provider is asked once more (409
+// provider_disagrees when its final answer says otherwise).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+func (c *Client) AdminResolveRefundWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminResolveRefundRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminResolveRefund Resolve a refund (operators)
+//
+// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+// stored answer and the audit event commit together, after the provider is asked once more (409
+// provider_disagrees when its final answer says otherwise).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+func (c *Client) AdminResolveRefund(ctx context.Context, id string, body AdminResolveRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminResolveRefundRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2899,6 +3110,143 @@ func NewAdminResolvePaymentRequestWithBody(server string, id string, contentType
 	}
 
 	operationPath := fmt.Sprintf("/admin/v1/payments/%s/resolve", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewAdminSearchRefundsRequest constructs an http.Request for the AdminSearchRefunds method
+func NewAdminSearchRefundsRequest(server string, params *AdminSearchRefundsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/refunds")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.TenantId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant_id", *params.TenantId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminResolveRefundRequest calls the generic AdminResolveRefund builder with application/json body
+func NewAdminResolveRefundRequest(server string, id string, body AdminResolveRefundJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdminResolveRefundRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAdminResolveRefundRequestWithBody constructs an http.Request for the AdminResolveRefund method, with any body, and a specified content type
+func NewAdminResolveRefundRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/refunds/%s/resolve", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4318,6 +4666,40 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/v1/payments/{id}/resolve (the `AdminResolvePayment` operationId).
 	AdminResolvePaymentWithResponse(ctx context.Context, id string, body AdminResolvePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminResolvePaymentResponse, error)
 
+	// AdminSearchRefundsWithResponse Search refunds (operators)
+	//
+	// Refunds across tenants, newest first, in pages. The refunds' review queue is `status=requires_review`:
+	// refunds whose outcome the provider has not told past REVIEW_AFTER.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
+	AdminSearchRefundsWithResponse(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*AdminSearchRefundsResponse, error)
+
+	// AdminResolveRefundWithBodyWithResponse Resolve a refund (operators)
+	//
+	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+	// stored answer and the audit event commit together, after the provider is asked once more (409
+	// provider_disagrees when its final answer says otherwise).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+	AdminResolveRefundWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdminResolveRefundResponse, error)
+
+	// AdminResolveRefundWithResponse Resolve a refund (operators)
+	//
+	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+	// stored answer and the audit event commit together, after the provider is asked once more (409
+	// provider_disagrees when its final answer says otherwise).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+	AdminResolveRefundWithResponse(ctx context.Context, id string, body AdminResolveRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminResolveRefundResponse, error)
+
 	// ListTenantsWithResponse List tenants
 	//
 	// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
@@ -5051,6 +5433,214 @@ func (r AdminResolvePaymentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AdminResolvePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminSearchRefundsResponse200Headers the declared response headers of an HTTP 200 response for AdminSearchRefunds
+type AdminSearchRefundsResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminSearchRefundsResponse400Headers the declared response headers of an HTTP 400 response for AdminSearchRefunds
+type AdminSearchRefundsResponse400Headers struct {
+	XRequestId string
+}
+
+// AdminSearchRefundsResponse401Headers the declared response headers of an HTTP 401 response for AdminSearchRefunds
+type AdminSearchRefundsResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminSearchRefundsResponse500Headers the declared response headers of an HTTP 500 response for AdminSearchRefunds
+type AdminSearchRefundsResponse500Headers struct {
+	XRequestId string
+}
+
+type AdminSearchRefundsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminRefundPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminSearchRefundsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminSearchRefundsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminSearchRefundsResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminSearchRefundsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminSearchRefundsResponse) GetJSON200() *AdminRefundPage {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminSearchRefundsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminSearchRefundsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminSearchRefundsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminSearchRefundsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminSearchRefundsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminSearchRefundsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminSearchRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminResolveRefundResponse200Headers the declared response headers of an HTTP 200 response for AdminResolveRefund
+type AdminResolveRefundResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminResolveRefundResponse400Headers the declared response headers of an HTTP 400 response for AdminResolveRefund
+type AdminResolveRefundResponse400Headers struct {
+	XRequestId string
+}
+
+// AdminResolveRefundResponse401Headers the declared response headers of an HTTP 401 response for AdminResolveRefund
+type AdminResolveRefundResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminResolveRefundResponse404Headers the declared response headers of an HTTP 404 response for AdminResolveRefund
+type AdminResolveRefundResponse404Headers struct {
+	XRequestId string
+}
+
+// AdminResolveRefundResponse409Headers the declared response headers of an HTTP 409 response for AdminResolveRefund
+type AdminResolveRefundResponse409Headers struct {
+	XRequestId string
+}
+
+// AdminResolveRefundResponse500Headers the declared response headers of an HTTP 500 response for AdminResolveRefund
+type AdminResolveRefundResponse500Headers struct {
+	XRequestId string
+}
+
+type AdminResolveRefundResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminRefund
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminResolveRefundResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminResolveRefundResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminResolveRefundResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AdminResolveRefundResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AdminResolveRefundResponse409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminResolveRefundResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminResolveRefundResponse) GetJSON200() *AdminRefund {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminResolveRefundResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminResolveRefundResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminResolveRefundResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminResolveRefundResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8119,6 +8709,58 @@ func (c *ClientWithResponses) AdminResolvePaymentWithResponse(ctx context.Contex
 	return ParseAdminResolvePaymentResponse(rsp)
 }
 
+// AdminSearchRefundsWithResponse Search refunds (operators)
+//
+// Refunds across tenants, newest first, in pages. The refunds' review queue is `status=requires_review`:
+// refunds whose outcome the provider has not told past REVIEW_AFTER.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
+func (c *ClientWithResponses) AdminSearchRefundsWithResponse(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*AdminSearchRefundsResponse, error) {
+	rsp, err := c.AdminSearchRefunds(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminSearchRefundsResponse(rsp)
+}
+
+// AdminResolveRefundWithBodyWithResponse Resolve a refund (operators)
+//
+// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+// stored answer and the audit event commit together, after the provider is asked once more (409
+// provider_disagrees when its final answer says otherwise).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+func (c *ClientWithResponses) AdminResolveRefundWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdminResolveRefundResponse, error) {
+	rsp, err := c.AdminResolveRefundWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminResolveRefundResponse(rsp)
+}
+
+// AdminResolveRefundWithResponse Resolve a refund (operators)
+//
+// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
+// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
+// stored answer and the audit event commit together, after the provider is asked once more (409
+// provider_disagrees when its final answer says otherwise).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/refunds/{id}/resolve (the `AdminResolveRefund` operationId).
+func (c *ClientWithResponses) AdminResolveRefundWithResponse(ctx context.Context, id string, body AdminResolveRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*AdminResolveRefundResponse, error) {
+	rsp, err := c.AdminResolveRefund(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminResolveRefundResponse(rsp)
+}
+
 // ListTenantsWithResponse List tenants
 //
 // Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
@@ -9054,6 +9696,220 @@ func ParseAdminResolvePaymentResponse(rsp *http.Response) (*AdminResolvePaymentR
 		response.Headers409 = &headers
 	case rsp.StatusCode == 500:
 		var headers AdminResolvePaymentResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminSearchRefundsResponse parses an HTTP response from a AdminSearchRefundsWithResponse call
+func ParseAdminSearchRefundsResponse(rsp *http.Response) (*AdminSearchRefundsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminSearchRefundsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminRefundPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminSearchRefundsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminSearchRefundsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminSearchRefundsResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminSearchRefundsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminResolveRefundResponse parses an HTTP response from a AdminResolveRefundWithResponse call
+func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminResolveRefundResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminRefund
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminResolveRefundResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminResolveRefundResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminResolveRefundResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers AdminResolveRefundResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers AdminResolveRefundResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminResolveRefundResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
