@@ -241,48 +241,80 @@ func (s *Service) StopAndCancel(ctx context.Context) error { return s.river.Stop
 // Store is the service's store (reads for handlers and tests).
 func (s *Service) Store() *Store { return s.store }
 
+// Relay batches: events per merchant per transaction, merchants per pass.
+const (
+	relayBatch     = 200
+	relayMerchants = 100
+	// relayBudget bounds one run's passes; a backlog left then is the next
+	// run's (every RelayEvery).
+	relayBudget = 20 * time.Second
+)
+
 // Relay hands the events not yet enqueued to the queue: per merchant, in
 // one transaction that inserts a delivery job per subscribed endpoint and
-// marks the events enqueued, so each event is handed over exactly once.
+// marks the events enqueued, so each event is handed over exactly once. A
+// run makes passes over the merchants with events waiting, a batch each
+// per pass, until none is left (or relayBudget is spent): a busy merchant
+// is not held to one batch a second, nor does it make the others wait.
 func (s *Service) Relay(ctx context.Context) error {
-	merchants, err := s.store.pendingMerchants(ctx, 100)
-	if err != nil {
-		return err
-	}
-	if len(merchants) > 0 {
-		failpoint.Hit("before_relay") // events committed, none queued yet
-	}
-	for _, m := range merchants {
-		err := s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			evs, err := s.store.takePending(ctx, tx, m, 200)
-			if err != nil || len(evs) == 0 {
-				return err
-			}
-			eps, err := s.store.endpoints(ctx, tx, m)
-			if err != nil {
-				return err
-			}
-			var jobs []river.InsertManyParams
-			ids := make([]string, len(evs))
-			for i, e := range evs {
-				ids[i] = e.ID
-				for _, ep := range eps {
-					if ep.DisabledAt == nil && ep.Wants(e.Type) {
-						jobs = append(jobs, s.job(m, e.ID, ep.ID))
-					}
-				}
-			}
-			if err := s.insertJobs(ctx, tx, jobs); err != nil {
-				return err
-			}
-			return s.store.markEnqueued(ctx, tx, m, ids)
-		})
+	deadline := time.Now().Add(relayBudget)
+	for {
+		merchants, err := s.store.pendingMerchants(ctx, relayMerchants)
 		if err != nil {
-			// The others' events go on; this merchant's wait for the next run.
-			s.cfg.Log.WarnContext(ctx, "events not handed to the queue; retried next run", "merchant_id", m, "err", err)
+			return err
+		}
+		if len(merchants) == 0 {
+			return nil
+		}
+		failpoint.Hit("before_relay") // events committed, none queued yet
+		more := len(merchants) == relayMerchants
+		for _, m := range merchants {
+			n, err := s.relayMerchant(ctx, m)
+			if err != nil {
+				// The others' events go on; this merchant's wait for the next run.
+				s.cfg.Log.WarnContext(ctx, "events not handed to the queue; retried next run", "merchant_id", m, "err", err)
+				continue
+			}
+			more = more || n == relayBatch
+		}
+		if !more || ctx.Err() != nil || time.Now().After(deadline) {
+			return nil
 		}
 	}
-	return nil
+}
+
+// relayMerchant hands up to relayBatch of a merchant's waiting events to
+// the queue, in one transaction; n is how many.
+func (s *Service) relayMerchant(ctx context.Context, m string) (n int, err error) {
+	err = s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		evs, err := s.store.takePending(ctx, tx, m, relayBatch)
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		eps, err := s.store.endpoints(ctx, tx, m)
+		if err != nil {
+			return err
+		}
+		var jobs []river.InsertManyParams
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID
+			for _, ep := range eps {
+				if ep.DisabledAt == nil && ep.Wants(e.Type) {
+					jobs = append(jobs, s.job(m, e.ID, ep.ID))
+				}
+			}
+		}
+		if err := s.insertJobs(ctx, tx, jobs); err != nil {
+			return err
+		}
+		n = len(evs)
+		return s.store.markEnqueued(ctx, tx, m, ids)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 type riverParams = river.InsertManyParams

@@ -1,0 +1,57 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/secretbox"
+)
+
+// One relay run hands a busy merchant's whole backlog to the queue — not
+// one batch a run, which a merchant making more than relayBatch payments a
+// second would outrun for good — and the other merchants' events with it.
+func TestARelayRunDrainsTheBacklog(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+		require.NoError(t, err)
+		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		for _, m := range []string{"m1", "m2"} {
+			require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
+VALUES (?, 'M', 'active', 'simulator', ?, ?)`, m, now, now).Error)
+		}
+		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
+VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), now, now).Error)
+		busy := 2*relayBatch + 1
+		em := NewEmitter(nil)
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			for i := range busy {
+				obj := fmt.Sprintf("pay_%d", i)
+				if err := em.Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: obj, Object: map[string]any{"id": obj}}); err != nil {
+					return err
+				}
+			}
+			return em.Emit(ctx, tx, Params{MerchantID: "m2", Type: PaymentSucceeded, ObjectID: "pay_x", Object: map[string]any{"id": "pay_x"}})
+		}))
+
+		require.NoError(t, s.Relay(ctx))
+		var waiting, jobs int64
+		require.NoError(t, db.Table("events").Where("enqueued_at IS NULL").Count(&waiting).Error)
+		require.Zero(t, waiting, "one run hands over every waiting event")
+		require.NoError(t, db.Table("river_job").Where("queue = ?", queue).Count(&jobs).Error)
+		require.Equal(t, int64(busy), jobs, "one delivery job per event to m1's endpoint, none for m2 (no endpoint)")
+	})
+}
