@@ -23,7 +23,7 @@ import (
 
 // tenantOwned are the tables distributed by merchant_id on a sharded
 // PostgreSQL (app/database/shard_test.go lists the others, with reasons).
-var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true}
+var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true, "refunds": true, "events": true}
 
 // fanOut are the only statements on tenant-owned tables allowed not to
 // name one merchant, each with why: reads without locks that find which
@@ -37,13 +37,15 @@ var fanOut = []struct {
 	{"SELECT merchant_id FROM idempotency_keys\nWHERE completed_at IS NULL", "the sweeper's merchants with stale keys (StaleMerchants)"},
 	{"SELECT DISTINCT merchant_id FROM idempotency_keys WHERE status =", "the purge's merchants with expired done keys (PurgeDone)"},
 	{"SELECT merchant_id FROM payments\nWHERE recheck_at IS NOT NULL", "the recheck's merchants with a recheck due (DueRechecks)"},
+	{"SELECT merchant_id FROM events WHERE enqueued_at IS NULL", "the relay's merchants with events to hand to the queue (pendingMerchants)"},
 }
 
 // TestHotPathFiltersOnMerchant drives the real gateway through every path
 // that touches a tenant-owned table — a new payment, a replay, a decline, a
 // provider timeout and its retry's takeover, a release, a poll, reads and
-// listings, the sweeper (release, pending, review, recheck and re-open)
-// and the purge — captures every statement it sends, and EXPLAINs each one:
+// listings, refunds (answered, lost and settled by the sweeper, read and
+// listed), the events relay, the sweeper (release, pending, review,
+// recheck and re-open) and the purge — captures every statement it sends, and EXPLAINs each one:
 // every scan of a tenant-owned table must filter on merchant_id (in its
 // index condition or filter), and every INSERT must write it, so that on a
 // database sharded by merchant each statement routes to one shard. The
@@ -129,6 +131,21 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.App.Payments.Store().GetByReference(ctx, m.ID, p.ProviderReference)
 	require.NoError(t, err)
+
+	// Refunds: one answered, one whose answer is lost (settled by the
+	// sweeper below), their reads and listing; then the relay hands the
+	// events of all of it to the queue.
+	refund := func(key, reason string) apptest.Response {
+		return g.Do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":1000,"reason":"`+reason+`"}`),
+			"Authorization", "Bearer "+m.Token, "Idempotency-Key", key, "Content-Type", "application/json")
+	}
+	re := refund("hp-refund", "requested_by_customer")
+	require.Equal(t, http.StatusCreated, re.StatusCode, string(re.Body))
+	require.Equal(t, http.StatusCreated, refund("hp-refund", "requested_by_customer").StatusCode) // replay
+	require.Equal(t, http.StatusAccepted, refund("hp-refund-lost", "sim_timeout").StatusCode)
+	require.Equal(t, http.StatusOK, g.Get(m, "/v1/refunds/"+re.JSON(t)["id"].(string)).StatusCode)
+	require.Equal(t, http.StatusOK, g.Get(m, "/v1/payments/"+id+"/refunds").StatusCode)
+	require.NoError(t, g.App.Events.Relay(ctx))
 
 	// The sweeper: a late charge released as not_processed, a pending one
 	// left, then past REVIEW_AFTER flagged; the recheck re-opens the late one.
@@ -227,6 +244,10 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 		"SELECT * FROM \"payments\" WHERE merchant_id = $1 AND id = $2", // a read by id
 		"ORDER BY created_at DESC, id DESC",                             // the listing
 		"provider_reference = $2",                                       // the webhook's read
+		"INSERT INTO refunds",                                           // a refund's row
+		"UPDATE payments SET amount_refunded",                           // its reservation
+		"INSERT INTO events",                                            // a transition's event
+		"UPDATE \"events\" SET \"enqueued_at\"",                         // the relay's hand-over
 	} {
 		require.Contains(t, all, want)
 	}
