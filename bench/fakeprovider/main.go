@@ -67,10 +67,14 @@ func main() {
 	landAfter := flag.Duration("land-after", 3*time.Second, "how long after the charge a late charge becomes visible to verify")
 	neverLand := flag.Bool("never-land", false, "misbehave: late charges never become visible to verify (to check that the chaos audit catches charged-but-failed payments)")
 	noDedupe := flag.Bool("no-dedupe", false, "misbehave: charge a reused reference again (to check that the chaos audit catches double charges)")
+	refundProcess := flag.Duration("refund-process", time.Second, "a refund stays pending up to this long (uniform) before it is processed")
+	refundFailRate := flag.Float64("refund-fail-rate", 0, "share of refunds that end failed at the provider")
+	double := flag.Bool("double-refund", false, "misbehave: store every refund twice (to check that the chaos audit catches double refunds)")
 	flag.Parse()
 
 	s := &server{secret: *secret, latency: *latency, failRate: *failRate, cutRate: *cutRate,
 		lateRate: *lateRate, landAfter: *landAfter, neverLand: *neverLand, noDedupe: *noDedupe,
+		refundProcess: *refundProcess, refundFailRate: *refundFailRate, doubleRefund: *double,
 		txs: map[string]*tx{}, late: map[string]*lateness{}, requests: map[string]int{}, nextID: 5100000000}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -92,6 +96,12 @@ type server struct {
 	landAfter time.Duration
 	neverLand bool
 	noDedupe  bool
+
+	refundProcess  time.Duration
+	refundFailRate float64
+	doubleRefund   bool
+	refunds        []*refundRec
+	nextRefund     int64
 
 	mu       sync.Mutex
 	txs      map[string]*tx       // by wire reference
@@ -139,6 +149,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/_charges":
 		s.charges(w)
 		return
+	case "/_refunds":
+		s.refundsView(w)
+		return
 	}
 	if s.latency > 0 {
 		time.Sleep(rand.N(s.latency))
@@ -157,6 +170,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.charge(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/transaction/verify/"):
 		s.verify(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/refund":
+		s.createRefund(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/refund":
+		s.listRefunds(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/refund/"):
+		s.fetchRefund(w, r)
 	default:
 		writeJSON(w, http.StatusNotFound, map[string]any{"status": false, "message": "Not found"})
 	}
