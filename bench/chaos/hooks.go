@@ -250,8 +250,12 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 				} `json:"object"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(body, &got) != nil || "payment."+got.Data.Object.Status != e.typ {
-			fail("event %s is %s but carries a payment in status %q", id, e.typ, got.Data.Object.Status)
+		kind := "payment."
+		if strings.HasPrefix(e.typ, "refund.") {
+			kind = "refund."
+		}
+		if json.Unmarshal(body, &got) != nil || kind+got.Data.Object.Status != e.typ {
+			fail("event %s is %s but carries a %s in status %q", id, e.typ, strings.TrimSuffix(kind, "."), got.Data.Object.Status)
 		}
 	}
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE outcome = 'failed'`).Scan(&r.exhausted); err != nil {

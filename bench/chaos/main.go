@@ -40,6 +40,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -92,6 +93,9 @@ type options struct {
 	hookWait                      time.Duration
 	keepLogs                      bool
 	providerFlags                 string
+	refundShare                   float64
+	refundRacers                  int
+	provRefundFail                float64
 }
 
 func main() {
@@ -129,6 +133,9 @@ func main() {
 	flag.DurationVar(&o.hookWait, "hook-wait", 2*time.Minute, "how long to wait for the last webhook deliveries after the ledger settled")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the gateway and provider logs")
 	flag.StringVar(&o.providerFlags, "provider-flags", "", "extra flags for the fake provider, e.g. -no-dedupe to check that the audit fails")
+	flag.Float64Var(&o.refundShare, "refund-share", 0.1, "share of the payments refunded once succeeded (0: no refunds); every second one by -refund-racers keys at once")
+	flag.IntVar(&o.refundRacers, "refund-racers", 3, "concurrent refund keys of a raced payment, each for 40% of it")
+	flag.Float64Var(&o.provRefundFail, "provider-refund-fail-rate", 0.05, "share of refunds that end failed at the provider")
 	flag.Parse()
 	def := func(v *int, short, long int) {
 		if *v == 0 {
@@ -203,6 +210,10 @@ type payment struct {
 	// answers are every final answer (201, 402) the client got for the
 	// key, the first and its replays, with the instance that sent each.
 	answers []answer
+	// refunds are the refunds the app makes once the payment succeeded
+	// (-refund-share); launched says it made them.
+	refunds  []*refund
+	launched bool
 }
 
 // answer is one final answer and who sent it.
@@ -246,7 +257,8 @@ func run(ctx context.Context, o options) (int, error) {
 	prov := &rig.Process{Bin: o.provider, Log: provLog, Health: provURL + "/_health", Args: []string{
 		"-addr", provAddr, "-secret", providerSecret, "-latency", o.provLatency.String(),
 		"-fail-rate", fmt.Sprint(o.provFail), "-cut-rate", fmt.Sprint(o.provCut),
-		"-late-rate", fmt.Sprint(o.provLate), "-land-after", o.landAfter.String()}}
+		"-late-rate", fmt.Sprint(o.provLate), "-land-after", o.landAfter.String(),
+		"-refund-fail-rate", fmt.Sprint(o.provRefundFail)}}
 	prov.Args = append(prov.Args, strings.Fields(o.providerFlags)...)
 	if err := prov.Start(); err != nil {
 		return 0, err
@@ -394,6 +406,14 @@ func run(ctx context.Context, o options) (int, error) {
 		if p.decline {
 			method = "AUTH_decline"
 		}
+		if every := int(1/max(o.refundShare, 1e-9) + 0.5); o.refundShare > 0 && i%every == 1%every {
+			// Every second refunded payment is raced.
+			racers := o.refundRacers
+			if (i/every)%2 == 1 {
+				racers = 1
+			}
+			p.refunds = refundsOf(runID, i, racers, p, int64(1000+i))
+		}
 		p.body = fmt.Appendf(nil, `{"amount":%d,"currency":"NGN","email":%q,"payment_method":%q,"description":"chaos %d"}`,
 			1000+i, p.email, method, i)
 		pays[i] = p
@@ -407,6 +427,29 @@ func run(ctx context.Context, o options) (int, error) {
 	work := make(chan *payment)
 	var wg sync.WaitGroup
 	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL, replays: o.replays}
+	// A succeeded payment's refunds run beside the other payments.
+	refundSlots := make(chan struct{}, o.clients)
+	refundAfter := func(p *payment) {
+		if len(p.refunds) == 0 || !p.final || p.status != http.StatusCreated {
+			return
+		}
+		var a answerView
+		if json.Unmarshal(p.answer, &a) != nil {
+			return
+		}
+		id, status := a.payment()
+		if status != "succeeded" {
+			return
+		}
+		p.launched = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			refundSlots <- struct{}{}
+			defer func() { <-refundSlots }()
+			cl.refundPayment(ctx, id, p.refunds)
+		}()
+	}
 	for range o.clients {
 		wg.Add(1)
 		go func() {
@@ -420,10 +463,12 @@ func run(ctx context.Context, o options) (int, error) {
 						defer wg.Done()
 						time.Sleep(o.patience)
 						cl.settle(ctx, p)
+						refundAfter(p)
 						done.Add(1)
 					}()
 					continue
 				}
+				refundAfter(p)
 				done.Add(1)
 			}
 		}()
@@ -541,19 +586,20 @@ func run(ctx context.Context, o options) (int, error) {
 	settleStart := time.Now()
 	deadline := settleStart.Add(o.settleWait)
 	for {
-		var open, unsettled, rechecks int
+		var open, unsettled, rechecks, refunding int
 		if err := conn.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM idempotency_keys WHERE status = 'in_progress'),
 			(SELECT count(*) FROM payments WHERE status NOT IN ('succeeded', 'failed')),
-			(SELECT count(*) FROM payments WHERE recheck_at IS NOT NULL)`).Scan(&open, &unsettled, &rechecks); err != nil {
+			(SELECT count(*) FROM payments WHERE recheck_at IS NOT NULL),
+			(SELECT count(*) FROM refunds WHERE status = 'pending')`).Scan(&open, &unsettled, &rechecks, &refunding); err != nil {
 			return 0, err
 		}
-		if open == 0 && unsettled == 0 && rechecks == 0 {
+		if open == 0 && unsettled == 0 && rechecks == 0 && refunding == 0 {
 			logf("settled %.1fs after the clients", time.Since(settleStart).Seconds())
 			break
 		}
 		if time.Now().After(deadline) {
-			logf("after %s: %d keys in progress, %d payments unsettled, %d rechecks pending", o.settleWait, open, unsettled, rechecks)
+			logf("after %s: %d keys in progress, %d payments unsettled, %d rechecks pending, %d refunds pending", o.settleWait, open, unsettled, rechecks, refunding)
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -568,6 +614,21 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	violations = append(violations, rep.violations...)
+	var refunds []*refund
+	for _, p := range pays {
+		if p.launched {
+			refunds = append(refunds, p.refunds...)
+		}
+	}
+	if o.refundShare > 0 {
+		// The provider's refunds settle within its -refund-process (1s).
+		time.Sleep(1500 * time.Millisecond)
+	}
+	frep, err := auditRefunds(ctx, conn, provURL, merchants, refunds)
+	if err != nil {
+		return 0, err
+	}
+	violations = append(violations, frep.violations...)
 	if left, err := waitDelivered(ctx, conn, o.hookWait); err != nil {
 		return 0, err
 	} else if left > 0 {
@@ -579,6 +640,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	violations = append(violations, hrep.violations...)
 	rep.print(o, instances, killed, kills, pgRestarts, px)
+	frep.print(o.refundShare, o.refundRacers)
 	hrep.print(hk)
 	for i, v := range violations {
 		if i == 50 {
