@@ -21,6 +21,18 @@
 //     and sweep interval;
 //   - PostgreSQL itself is restarted once, under the running gateway.
 //
+// A share of the succeeded payments (-refund-share) is refunded under the
+// same faults, beside the other payments: every second one raced by
+// -refund-racers keys at once, each for 40% of it (so one of three is
+// refused 400 refund_exceeds_remaining); the fake refunds like Paystack
+// (no dedupe, queued then processed or failed; cut or 500 after storing).
+// Each refund client retries its key with the byte-identical body until
+// 201 (succeeded or failed) or that 400, and replays a 201. The audit adds
+// refunded ≤ charged (ledger and provider), amount_refunded = pending +
+// succeeded refunds, exactly one processed provider refund per succeeded
+// refund and none the ledger did not make, none pending after the settle
+// wait, stored = client answers, and agreement across instances.
+//
 // Each client retries one payment with the same key and the byte-identical
 // body until it gets a final answer (201 or 402). Some apps are slower: a
 // patient one, after a 202, comes back only once the gateway's recheck is
