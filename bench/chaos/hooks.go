@@ -19,10 +19,13 @@ import (
 	oncepay "github.com/oncepay/gateway/payments/client"
 )
 
-// hookRetries is the chaos run's WEBHOOK_RETRY_SCHEDULE: eleven attempts
-// in about 20 s, so a receiver that fails a third of them still gets
-// every event (0.33^11 ≈ 5e-6) within the run.
-const hookRetries = "100ms,300ms,1s,1s,2s,2s,2s,3s,3s,3s"
+// hookRetries is the chaos run's WEBHOOK_RETRY_SCHEDULE: fifteen attempts
+// in about 32 s, so a receiver that fails a third of them still gets
+// every event (0.33^15 ≈ 6e-8) within the run — even one whose first
+// attempts fell in the PostgreSQL restart or on a killed instance, which
+// use up retries too (eleven attempts were once not enough for one of
+// ~1,700 events).
+const hookRetries = "100ms,300ms,1s,1s,2s,2s,2s,3s,3s,3s,3s,3s,3s,3s"
 
 // hooks is the merchants' webhook receiver: it fails, drops and delays
 // answers at the configured rates, verifies every delivery's signature
