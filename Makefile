@@ -85,8 +85,11 @@ lint:
 # gateway binary on a throwaway PostgreSQL database, driven
 # over HTTP (new payments, replays, a same-key storm, a mix), next to the
 # seed's bare handler (bench/seedpeer) and pgbench running the same SQL, in
-# the same rounds; then the sweeper's recovery of 2,000 and 10,000 stuck
-# payments at 100 ms per lookup; report on stdout and in bench/results/.
+# the same rounds; then a slow provider (SIMULATOR_LATENCY=1s: 400
+# closed-loop clients against the 400/s bound, then 2,000 clients, peak RSS;
+# BENCH_FLAGS=-slow=false skips it, about 1 min); then the sweeper's recovery
+# of 2,000 and 10,000 stuck payments at 100 ms per lookup; report on stdout
+# and in bench/results/.
 BENCH_DURATION ?= 10s
 BENCH_CLIENTS  ?= 32
 BENCH_FLAGS    ?=

@@ -6,7 +6,9 @@
 // new payments, replays of one key, a storm of clients on the same new key,
 // and a mix — and then runs pgbench on the same database with the SQL a new
 // payment executes, so the report can say what fraction of PostgreSQL's own
-// ceiling on this machine the gateway reaches. The report goes to stdout
+// ceiling on this machine the gateway reaches. A slow-provider scenario
+// (slow.go: the simulator at 1 s per charge, 400 then 2,000 closed-loop
+// clients) follows, then the sweeper's recovery. The report goes to stdout
 // and to <out>/<date>.md. It measures; it never fails on a number.
 //
 //	load -gateway bin/gateway [-db URL] [-duration 10s] [-clients 32] [-out bench/results]
@@ -50,6 +52,15 @@ func main() {
 	flag.StringVar(&o.recovery, "recovery", "2000,10000", "stuck payments for each recovery measurement (empty: none)")
 	flag.DurationVar(&o.recoveryLatency, "recovery-latency", 100*time.Millisecond, "simulator latency of each lookup during recovery")
 	flag.DurationVar(&o.recoveryLimit, "recovery-limit", 5*time.Minute, "give up a recovery measurement after this long")
+	flag.BoolVar(&o.slow, "slow", true, "run the slow-provider scenario (issue 17; -slow=false skips it)")
+	flag.DurationVar(&o.slowLatency, "slow-latency", time.Second, "simulator latency of every charge in the slow-provider scenario")
+	flag.IntVar(&o.slowClients, "slow-clients", 400, "closed-loop clients of each slow-provider round")
+	flag.IntVar(&o.slowWide, "slow-wide", 2000, "clients of the slow-provider run that checks the gateway holds up (0: none)")
+	flag.DurationVar(&o.slowDuration, "slow-duration", 12*time.Second, "length of each slow-provider run")
+	flag.DurationVar(&o.slowTimeout, "slow-timeout", 30*time.Second, "client timeout in the slow-provider scenario")
+	flag.StringVar(&o.slowBaseline, "slow-baseline", "", "another gateway binary (the one before a change) measured beside -gateway in every slow-provider round")
+	flag.StringVar(&o.slowEnv, "slow-env", "", "K=V,… added to -gateway's environment in the slow-provider scenario (an experiment: DATABASE_MAX_CONNS=32)")
+	flag.StringVar(&o.slowBaselineEnv, "slow-baseline-env", "", "K=V,… added to -slow-baseline's environment")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -59,7 +70,12 @@ func main() {
 
 type options struct {
 	gateway, db, scenarios, out, pgbench string
-	seedpeer, recovery                   string
+	seedpeer, recovery, slowBaseline     string
+	slowEnv, slowBaselineEnv             string
+	slow                                 bool
+	slowLatency, slowDuration            time.Duration
+	slowTimeout                          time.Duration
+	slowClients, slowWide                int
 	duration                             time.Duration
 	recoveryLatency, recoveryLimit       time.Duration
 	clients, conns, rounds               int
@@ -170,6 +186,9 @@ func run(ctx context.Context, o options) error {
 	var replays []replayRound
 	for _, name := range strings.Split(o.scenarios, ",") {
 		var r result
+		if strings.TrimSpace(name) == "" {
+			continue
+		}
 		switch strings.TrimSpace(name) {
 		case "new":
 			// This machine's speed drifts by ±20% within minutes (shared
@@ -233,6 +252,13 @@ func run(ctx context.Context, o options) error {
 	}
 	gw.Stop()
 
+	var slow slowReport
+	if o.slow {
+		if slow, err = measureSlow(ctx, o); err != nil {
+			return err
+		}
+	}
+
 	var recs []recovery
 	for _, f := range strings.Split(o.recovery, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -249,7 +275,7 @@ func run(ctx context.Context, o options) error {
 		recs = append(recs, rec)
 	}
 
-	report := render(o, results, rounds, replays, recs)
+	report := render(o, results, rounds, replays, recs, slow)
 	fmt.Print(report)
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -502,7 +528,7 @@ func (d *driver) mix() call {
 	}
 }
 
-func render(o options, results []result, rounds []round, replays []replayRound, recs []recovery) string {
+func render(o options, results []result, rounds []round, replays []replayRound, recs []recovery, slow slowReport) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Gateway benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s, %s. Gateway and clients share the machine with PostgreSQL.\n\n",
@@ -566,6 +592,7 @@ func render(o options, results []result, rounds []round, replays []replayRound, 
 	}
 	peerTable(&b, rounds, replays)
 	cpuTable(&b, results, rounds, withCeiling)
+	renderSlow(&b, o, slow)
 	renderRecovery(&b, o, recs)
 	b.WriteString("\nLatencies are client-side, per request, including loopback HTTP; pgbench latencies are per script run (one payment's transactions). A storm answers most requests with 409 `idempotency_key_in_use`, by design.\n")
 	return b.String()
