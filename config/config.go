@@ -89,7 +89,17 @@ type Config struct {
 type Database struct {
 	URL      Secret // DATABASE_URL: postgres://…; empty means SQLite under DataDir
 	MaxConns int    // DATABASE_MAX_CONNS
+	// AdmitClaims is how many requests at once may be before their
+	// idempotency claim is durable (DATABASE_ADMIT_CLAIMS; 0 admits all):
+	// the rest wait at the door, holding nothing, so the recording of
+	// charges already made does not wait for a pooled connection behind a
+	// crowd of new claims. Default: DefaultAdmitFactor × MaxConns.
+	AdmitClaims int
 }
+
+// DefaultAdmitFactor is DATABASE_ADMIT_CLAIMS's default, per pooled
+// connection.
+const DefaultAdmitFactor = 2
 
 // Postgres reports whether the store is PostgreSQL.
 func (d Database) Postgres() bool {
@@ -318,6 +328,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if c.Limits.RatePerSecond < 0 {
 		r.fail("RATE_LIMIT_PER_SECOND", "must not be negative")
 	}
+	c.Database.AdmitClaims = r.int("DATABASE_ADMIT_CLAIMS", DefaultAdmitFactor*c.Database.MaxConns, 0, 100000)
 	if u := c.Limits.RedisURL.Reveal(); u != "" {
 		// The value is a secret (it may hold a password): never echoed.
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {

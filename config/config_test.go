@@ -140,3 +140,20 @@ func TestSecretsNeverPrint(t *testing.T) {
 		require.False(t, strings.Contains(out, s), "secret printed")
 	}
 }
+
+func TestAdmitClaimsFollowsThePool(t *testing.T) {
+	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_MAX_CONNS": "10"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.AdmitClaims != config.DefaultAdmitFactor*10 {
+		t.Fatalf("DATABASE_ADMIT_CLAIMS default = %d, want %d", c.Database.AdmitClaims, config.DefaultAdmitFactor*10)
+	}
+	c, err = config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_ADMIT_CLAIMS": "0"}))
+	if err != nil || c.Database.AdmitClaims != 0 {
+		t.Fatalf("DATABASE_ADMIT_CLAIMS=0: %d, %v (0 is no door)", c.Database.AdmitClaims, err)
+	}
+	if _, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_ADMIT_CLAIMS": "-1"})); err == nil {
+		t.Fatal("DATABASE_ADMIT_CLAIMS=-1 accepted")
+	}
+}

@@ -41,6 +41,16 @@ func lockTimedOut(err error) bool {
 type heldTx struct {
 	mu sync.Mutex
 	tx *gorm.DB
+	// ended, if set, is called once the transaction has committed or
+	// rolled back (the middleware's admission gate: see Config.Admit).
+	ended func()
+}
+
+// end reports that the transaction take returned has ended.
+func (h *heldTx) end() {
+	if h != nil && h.ended != nil {
+		h.ended()
+	}
 }
 
 // take removes and returns the open transaction, or nil if the claim is
@@ -70,6 +80,7 @@ func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error
 		}
 		return s.exec(ctx, nil).Transaction(fn)
 	}
+	defer c.held.end()
 	if fn != nil {
 		if err := fn(tx.WithContext(ctx)); err != nil {
 			tx.Rollback()

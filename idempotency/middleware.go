@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,36 @@ type Config struct {
 	// e.g. to count them in metrics. A request that claims and then
 	// releases reports both.
 	Observe func(outcome string)
+	// Admit, when positive, is how many requests at once may be between
+	// their first read of the key and the end of their claim's held
+	// transaction (Persist or Release): the part of a request that comes
+	// before any provider call. The others wait at the door, first come
+	// first served, holding nothing. Without it, when more requests come
+	// than the database pool serves, new claims and the recording of
+	// charges that already happened wait for a pooled connection in one
+	// crowd (database/sql hands a freed connection to a random waiter), so
+	// a charged payment's completion can wait past its RecordTimeout and
+	// be answered 202 while the gateway is only busy; with it, the queue
+	// forms before anything is charged. The app sets it to twice the pool
+	// size (DATABASE_ADMIT_CLAIMS): with only as many places as
+	// connections, places held by requests waiting for a connection held
+	// by a completion left the pool short of claims.
+	Admit int
+}
+
+// gate admits at most n requests at once, in the order they came (a
+// channel's blocked senders are woken first in, first out).
+type gate chan struct{}
+
+// enter waits for a place and returns the function that gives it back,
+// which may be called any number of times. A nil gate admits everyone.
+func (g gate) enter() func() {
+	if g == nil {
+		return func() {}
+	}
+	g <- struct{}{}
+	var once sync.Once
+	return func() { once.Do(func() { <-g }) }
 }
 
 // claimKey is the c.Locals key of the request's Claim.
@@ -88,6 +119,10 @@ func Middleware(cfg Config) fiber.Handler {
 		observe = func(string) {}
 	}
 	s := cfg.Store
+	var door gate
+	if cfg.Admit > 0 {
+		door = make(gate, cfg.Admit)
+	}
 	return func(c *fiber.Ctx) error {
 		switch c.Method() {
 		case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
@@ -117,6 +152,11 @@ func Middleware(cfg Config) fiber.Handler {
 		ctx := c.UserContext()
 		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
+		// Past the door until the claim is durable (or there is none):
+		// leave is called early by the held claim's commit or rollback.
+		leave := door.enter()
+		defer leave()
+
 		// Fast path for retries: a known key is answered from one read (a
 		// replay, a mismatch, a conflict or a takeover). The read never
 		// decides ownership; only the INSERT of Claim does.
@@ -124,6 +164,11 @@ func Middleware(cfg Config) fiber.Handler {
 		var claim Claim
 		if errors.Is(err, ErrNotFound) {
 			claim, rec, err = s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease, Hold: true})
+		}
+		if claim.held != nil {
+			claim.held.ended = leave
+		} else {
+			leave()
 		}
 		if errors.Is(err, ErrBusy) {
 			observe(OutcomeConflict)

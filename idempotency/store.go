@@ -567,6 +567,7 @@ func (s *Store) Release(ctx context.Context, c Claim) error { return s.ReleaseTx
 // commits only if the claim still owned the key.
 func (s *Store) ReleaseTx(ctx context.Context, tx *gorm.DB, c Claim) error {
 	if tx := c.held.take(); tx != nil {
+		defer c.held.end()
 		// Never committed: rolling back is the release, and costs nothing.
 		if err := tx.Rollback().Error; err != nil {
 			return fmt.Errorf("idempotency: release: %w", err)

@@ -92,6 +92,15 @@ func measureSlow(ctx context.Context, o options) (rep slowReport, err error) {
 		return rep, err
 	}
 	defer logf.Close()
+	if keep := os.Getenv("BENCH_SLOW_LOG"); keep != "" {
+		// The gateways' log (LOG_LEVEL=error: what went wrong), kept for a
+		// look after the run.
+		defer func() {
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				_ = os.WriteFile(keep, b, 0o644)
+			}
+		}()
+	}
 
 	bins := [][3]string{{"gateway", o.gateway, o.slowEnv}}
 	if o.slowBaseline != "" {
