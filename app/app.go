@@ -350,7 +350,7 @@ func (a *App) routes() {
 		Store: a.Keys,
 		Lease: a.cfg.Payments.Lease,
 		Scope: tenants.MerchantID,
-		// A few requests per pooled connection before their claim is
+		// Four requests per pooled connection before their claim is
 		// durable: the rest queue at the door, holding nothing, so the
 		// recording of charges already made never waits behind a crowd of
 		// new claims (issue 17; idempotency.Config.Admit).

@@ -99,7 +99,7 @@ type Database struct {
 
 // DefaultAdmitFactor is DATABASE_ADMIT_CLAIMS's default, per pooled
 // connection.
-const DefaultAdmitFactor = 2
+const DefaultAdmitFactor = 4
 
 // Postgres reports whether the store is PostgreSQL.
 func (d Database) Postgres() bool {
