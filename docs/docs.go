@@ -50,6 +50,7 @@ const docTemplate = `{
                             "tenant.credentials_rotated",
                             "tenant.provider_secrets_changed",
                             "payment.resolved",
+                            "refund.resolved",
                             "webhook_endpoint.disabled"
                         ],
                         "type": "string",

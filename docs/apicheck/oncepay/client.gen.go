@@ -266,6 +266,7 @@ func (e WebhookDeliveryOutcome) Valid() bool {
 // Defines values for ListAuditEventsParamsAction.
 const (
 	PaymentResolved              ListAuditEventsParamsAction = "payment.resolved"
+	RefundResolved               ListAuditEventsParamsAction = "refund.resolved"
 	TenantCreated                ListAuditEventsParamsAction = "tenant.created"
 	TenantCredentialsRotated     ListAuditEventsParamsAction = "tenant.credentials_rotated"
 	TenantProviderSecretsChanged ListAuditEventsParamsAction = "tenant.provider_secrets_changed"
@@ -279,6 +280,8 @@ const (
 func (e ListAuditEventsParamsAction) Valid() bool {
 	switch e {
 	case PaymentResolved:
+		return true
+	case RefundResolved:
 		return true
 	case TenantCreated:
 		return true
