@@ -355,6 +355,10 @@ func (a *App) routes() {
 		// recording of charges already made never waits behind a crowd of
 		// new claims (issue 17; idempotency.Config.Admit).
 		Admit: a.cfg.Database.AdmitClaims,
+		// Every handler behind it (payments, refunds, webhook endpoints)
+		// writes its first rows before any provider call, through Persist:
+		// a new payment's claim and ledger row are one statement.
+		Hold: true,
 	}
 	if a.Metrics != nil {
 		idemCfg.Observe = a.Metrics.ObserveIdempotency

@@ -17,8 +17,8 @@ import (
 )
 
 // With Config.Admit, a new request waits at the door while the admitted
-// ones are before the end of their held claim, and goes in as soon as one
-// of them persists (or releases) it — not when its request ends: the
+// ones' held claims are unsent, and goes in as soon as one of them
+// persists (or releases) it — not when its request ends: the
 // provider call that follows a persisted claim holds no place, so a slow
 // provider never limits how many charges are in flight.
 func TestMiddlewareAdmitQueuesOnlyBeforeTheClaimIsDurable(t *testing.T) {
@@ -32,7 +32,7 @@ func TestMiddlewareAdmitQueuesOnlyBeforeTheClaimIsDurable(t *testing.T) {
 
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Post("/v1/things", idempotency.Middleware(idempotency.Config{
-		Store: s, Lease: lease, Admit: 1,
+		Store: s, Lease: lease, Admit: 1, Hold: true,
 		Scope: func(*fiber.Ctx) string { return "m_admit" },
 	}), func(c *fiber.Ctx) error {
 		ctx := context.Background()

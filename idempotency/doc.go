@@ -70,19 +70,21 @@
 //
 // # Held claims (PostgreSQL)
 //
-// The middleware claims with ClaimParams.Hold: the INSERT runs in a
-// transaction that stays open, uncommitted, until the owner calls Persist —
-// which runs the owner's own first writes (the payment's ledger row) in the
-// same commit — or Release, which is then a rollback. A new payment thus
-// costs two commits (claim + ledger row, then final state + stored answer),
-// and a body that fails validation writes nothing at all. A concurrent
-// claimer of the key waits on the uncommitted row until the owner persists
-// or releases, or gives up after the connection's lock_timeout and answers
-// 409 (ErrBusy). While its claim is held an owner uses only the claim's
-// transaction, never a second pooled connection: waiters may hold the rest
-// of the pool. A claim still held when the handler returns is persisted, so
-// it stays in progress (the safe default). SQLite has a single writer, so
-// there a claim commits at once.
+// The middleware claims with ClaimParams.Hold: the claim's INSERT is not
+// sent at once but with the owner's first writes — Persist runs it and
+// them in one transaction, and PersistWith, for a new key whose payment is
+// new too, in one statement (a data-modifying CTE: the claim's INSERT … ON
+// CONFLICT DO NOTHING, and the ledger row's INSERT … SELECT from it). A new
+// payment thus costs two commits and two statements before the provider
+// is answered (claim + ledger row, then final state + stored answer), and
+// a body that fails validation writes nothing at all: Release has nothing
+// to undo. Nothing a claim guards happens before its INSERT: an owner
+// writes its first rows before any provider call. Two requests that both
+// found a key free both run until their first write, where the INSERT
+// decides; the loser gets ErrLostClaim and answers 409, as if it had come
+// a moment later. A claim still pending when the handler returns was never
+// sent, and is dropped. SQLite has a single writer and no data-modifying
+// CTEs, so there a claim commits at once.
 //
 // Retries are answered from one read: the middleware looks the key up
 // before it claims, and only the INSERT decides who owns a new key.

@@ -2,12 +2,18 @@ package idempotency
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/gateway/app/database/dbclock"
 )
 
 // lockTimedOut reports PostgreSQL's lock_not_available (55P03), the error
@@ -17,89 +23,190 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pg) && pg.Code == "55P03"
 }
 
-// heldTx is the open transaction of a claim made with ClaimParams.Hold.
+// heldTx is the pending part of a claim made with ClaimParams.Hold: the
+// claim's INSERT, not yet sent.
 //
-// Why hold it: a payment must be written to the ledger before the provider
-// is called (so a crash mid-call leaves something to look up), and the key
-// must be claimed before that. Committing the claim and the ledger row
-// separately would cost a payment three commits; holding the claim's
-// transaction open until the owner has written its first rows makes it two
-// (claim + ledger row, then final state + stored answer), and makes a
-// validation failure cost none: Release is a rollback.
+// Why wait: a payment must be written to the ledger before the provider is
+// called (so a crash mid-call leaves something to look up), and the key must
+// be claimed before that. Committing the claim and the ledger row
+// separately would cost a payment three commits; sending the claim with the
+// owner's first rows makes it two (claim + ledger row, then final state +
+// stored answer) — and, through PersistWith, the first of them one
+// statement — and makes a validation failure cost nothing at all: Release
+// has nothing to undo.
 //
-// Only on PostgreSQL: SQLite has one writer, so a held transaction would
-// stall every other request; there a claim commits at once (one commit
-// more per payment, for a development store).
+// Nothing the claim guards can happen before it is made: an owner writes
+// its first rows (Persist) before any provider call, and Persist is where
+// the INSERT decides, as always, who owns the key. Two requests that both
+// found the key free both get a pending claim; the one whose INSERT loses
+// gets ErrLostClaim from Persist and answers 409, as if it had come a
+// moment later.
 //
-// A concurrent claimer of the same key waits on the uncommitted row until
-// the owner persists or releases, or until the connection's lock_timeout
-// (database.LockTimeout), and then answers "in use" (ErrBusy), which is
-// what it is. Hence the rule for an owner while its claim is held: use only
-// the claim's transaction (through Persist), never a second pooled
-// connection — a storm of waiters on the same key may hold the rest of the
-// pool meanwhile.
+// Only on PostgreSQL, where the claim's INSERT and the owner's rows can
+// share a statement; SQLite has one writer and there a claim commits at
+// once (one commit more per payment, for a development store).
 type heldTx struct {
-	mu sync.Mutex
-	tx *gorm.DB
-	// ended, if set, is called once the transaction has committed or
-	// rolled back (the middleware's admission gate: see Config.Admit).
+	mu      sync.Mutex
+	pending *ClaimParams // nil once sent (persisted) or dropped (released)
+	// ended, if set, is called once the claim has been sent or dropped
+	// (the middleware's admission gate: see Config.Admit).
 	ended func()
 }
 
-// end reports that the transaction take returned has ended.
+// end reports that the claim take returned has been sent or dropped.
 func (h *heldTx) end() {
 	if h != nil && h.ended != nil {
 		h.ended()
 	}
 }
 
-// take removes and returns the open transaction, or nil if the claim is
+// take removes and returns the pending claim, or nil if the claim is
 // durable (never held, or already persisted or released).
-func (h *heldTx) take() *gorm.DB {
+func (h *heldTx) take() *ClaimParams {
 	if h == nil {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	tx := h.tx
-	h.tx = nil
-	return tx
+	p := h.pending
+	h.pending = nil
+	return p
+}
+
+// insertHeld sends the pending claim p of c on db (the pool, or a
+// transaction): ErrLostClaim when another request owns the key by now.
+func (s *Store) insertHeld(db *gorm.DB, c Claim, p *ClaimParams) error {
+	now := dbclock.Now(db)
+	res := db.Exec(insertClaim, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), c.Token, now, now)
+	switch {
+	case lockTimedOut(res.Error):
+		return fmt.Errorf("idempotency: claim: %w (%w)", ErrLostClaim, ErrBusy)
+	case res.Error != nil:
+		return fmt.Errorf("idempotency: claim: %w", res.Error)
+	case res.RowsAffected != 1:
+		return fmt.Errorf("idempotency: claim: %w", ErrLostClaim)
+	}
+	return nil
 }
 
 // Persist makes the claim durable, running fn (which may be nil) in the
-// same commit: for a held claim, fn runs in the claim's open transaction,
-// which then commits; for a durable claim (a takeover, or one already
-// persisted), fn runs in a new transaction. If fn fails, its writes roll
-// back — and so does a held claim, which is then released (nothing was
-// ever visible, so nothing can have happened because of it).
+// same commit: for a held claim, the claim's INSERT and fn share one
+// transaction; for a durable claim (a takeover, or one already persisted),
+// fn runs in a new transaction. If fn fails, its writes roll back — and so
+// does a held claim, which is then released (nothing was ever visible, so
+// nothing can have happened because of it). ErrLostClaim when a held
+// claim's INSERT lost the key to another request (nothing written).
 func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error) error {
-	tx := c.held.take()
-	if tx == nil {
+	p := c.held.take()
+	if p == nil {
 		if fn == nil {
 			return nil
 		}
 		return s.exec(ctx, nil).Transaction(fn)
 	}
 	defer c.held.end()
-	if fn != nil {
-		if err := fn(tx.WithContext(ctx)); err != nil {
-			tx.Rollback()
+	if fn == nil {
+		if err := s.insertHeld(s.exec(ctx, nil), c, p); err != nil {
 			c.state.set(endReleased)
 			return err
 		}
+		return nil
 	}
-	if err := tx.Commit().Error; err != nil {
+	err := s.exec(ctx, nil).Transaction(func(tx *gorm.DB) error {
+		if err := s.insertHeld(tx, c, p); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	if err != nil {
+		c.state.set(endReleased)
+		if errors.Is(err, ErrLostClaim) {
+			return err
+		}
 		return fmt.Errorf("idempotency: persist claim: %w", err)
 	}
 	return nil
 }
 
-// Held reports whether the claim still waits in an open transaction.
+// PersistWith is Persist for the common case — a new key whose owner's
+// first row is new too — as one statement: the claim's INSERT … ON
+// CONFLICT DO NOTHING and the owner's INSERT run together, in one round
+// trip and one commit (a payment's claim and ledger row, before the
+// provider is called).
+//
+// unless is a condition (an EXISTS over the owner's table) under which the
+// claim is not even tried, because the owner's row already exists — the key
+// was released earlier, or its answer purged — and the owner must read it
+// first. insert is the owner's INSERT … SELECT …, which must select FROM
+// claim (the claim's CTE, one row exactly when it won the key) and end in
+// RETURNING; dest receive its one returned row.
+//
+// ok is true when both rows were written: the claim is durable. ok is false,
+// with nothing written, when the claim was not won or not tried (the key is
+// taken, or the owner's row exists): the caller goes on with Persist, which
+// decides as always. errors.ErrUnsupported when c is not held (durable, or
+// on SQLite): use Persist.
+func (s *Store) PersistWith(ctx context.Context, c Claim, unless, insert clause.Expr, dest ...any) (ok bool, err error) {
+	db := s.exec(ctx, nil)
+	if !c.Held() || db.Dialector.Name() != "postgres" {
+		return false, errors.ErrUnsupported
+	}
+	c.held.mu.Lock()
+	p := *c.held.pending
+	c.held.mu.Unlock()
+	now := dbclock.Now(db)
+	// The casts type the parameters, which INSERT … SELECT does not infer
+	// from the columns as INSERT … VALUES does.
+	rows, err := db.Raw(`WITH claim AS (
+  INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
+  SELECT CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS text), ?, CAST(? AS text), ?, ?
+  WHERE NOT EXISTS (?)
+  ON CONFLICT DO NOTHING
+  RETURNING 1
+) ?`, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), c.Token, now, now,
+		unless, insert).Rows()
+	if err == nil {
+		err = scanOne(rows, dest...)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case isUniqueViolation(err):
+		// The owner's row appeared after this statement's snapshot (a
+		// release racing the claim): the whole statement rolled back.
+		return false, nil
+	case lockTimedOut(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("idempotency: claim: %w", err)
+	}
+	c.held.take()
+	c.held.end()
+	return true, nil
+}
+
+// isUniqueViolation reports PostgreSQL's unique_violation (23505).
+func isUniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
+}
+
+// Held reports whether the claim is still pending: not yet sent with the
+// owner's first rows, nor released.
 func (c Claim) Held() bool {
 	if c.held == nil {
 		return false
 	}
 	c.held.mu.Lock()
 	defer c.held.mu.Unlock()
-	return c.held.tx != nil
+	return c.held.pending != nil
+}
+
+// heldClaim is the pending claim Claim returns for p on PostgreSQL. Its
+// lease ends, by this process's clock, Lease after now: the INSERT that
+// starts it is sent later, so the bound is conservative.
+func (s *Store) heldClaim(p ClaimParams) Claim {
+	c := s.newClaim(p.MerchantID, p.Key, uuid.NewString(), p.RequestHash, 0, time.Now().Add(p.Lease), false)
+	c.held = &heldTx{pending: &p}
+	return c
 }

@@ -2,10 +2,12 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
@@ -20,14 +22,15 @@ func openPG(t *testing.T, url string) *gorm.DB {
 	return db
 }
 
-// A held claim is invisible until persisted: a concurrent claimer waits on
-// it, and a release (rollback) leaves nothing behind, not even a row.
+// A held claim writes nothing until the owner's first write: a release
+// leaves nothing behind, not even a row, and of two held claims of one key
+// the first to persist owns it.
 func TestHeldClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	params := idempotency.ClaimParams{MerchantID: "m1", RequestHash: "h", Lease: lease, Hold: true}
 
-	t.Run("ReleaseIsARollback", func(t *testing.T) {
+	t.Run("ReleaseWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		s := idempotency.NewStore(dbtest.Postgres(t))
 		p := params
@@ -36,7 +39,10 @@ func TestHeldClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, rec)
 		require.True(t, c.Held())
+		_, err = s.Get(ctx, "m1", "released")
+		require.ErrorIs(t, err, idempotency.ErrNotFound, "a held claim is not in the database yet")
 		require.NoError(t, s.Release(ctx, c))
+		require.False(t, c.Held())
 		_, err = s.Get(ctx, "m1", "released")
 		require.ErrorIs(t, err, idempotency.ErrNotFound)
 	})
@@ -61,24 +67,124 @@ func TestHeldClaim(t *testing.T) {
 		require.Equal(t, int64(1), n)
 	})
 
-	t.Run("AWaiterGivesUpAsBusyAfterLockTimeout", func(t *testing.T) {
+	t.Run("AFailedFirstWriteLeavesNoClaim", func(t *testing.T) {
 		t.Parallel()
-		url := dbtest.PostgresURL(t) + "&lock_timeout=100ms"
-		s := idempotency.NewStore(openPG(t, url))
+		s := idempotency.NewStore(dbtest.Postgres(t))
 		p := params
-		p.Key = "busy"
-		owner, _, err := s.Claim(ctx, p)
+		p.Key = "failed"
+		c, _, err := s.Claim(ctx, p)
 		require.NoError(t, err)
-		require.True(t, owner.Held())
-
-		_, _, err = s.Claim(ctx, p)
-		require.ErrorIs(t, err, idempotency.ErrBusy, "the key is in use by an uncommitted claim")
-
-		require.NoError(t, s.Persist(ctx, owner, nil))
-		_, rec, err := s.Claim(ctx, p)
-		require.NoError(t, err)
-		require.NotNil(t, rec, "once persisted, the claim is an ordinary in-progress key")
+		require.Error(t, s.Persist(ctx, c, func(tx *gorm.DB) error { return tx.Exec("SELECT 1/0").Error }))
+		_, err = s.Get(ctx, "m1", "failed")
+		require.ErrorIs(t, err, idempotency.ErrNotFound, "the claim rolled back with the owner's write")
 	})
+
+	t.Run("TheFirstToPersistOwnsTheKey", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.Postgres(t)
+		s := idempotency.NewStore(db)
+		p := params
+		p.Key = "raced"
+		first, _, err := s.Claim(ctx, p)
+		require.NoError(t, err)
+		second, _, err := s.Claim(ctx, p)
+		require.NoError(t, err, "both found the key free")
+		require.NoError(t, s.Persist(ctx, first, nil))
+		ran := false
+		err = s.Persist(ctx, second, func(*gorm.DB) error { ran = true; return nil })
+		require.ErrorIs(t, err, idempotency.ErrLostClaim)
+		require.False(t, ran, "the loser's writes never run")
+		rec, err := s.Get(ctx, "m1", "raced")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StatusInProgress, rec.Status)
+		require.NoError(t, s.Complete(ctx, nil, first, idempotency.Response{Status: 201, Body: []byte("{}")}), "the winner owns it")
+		require.ErrorIs(t, s.Complete(ctx, nil, second, idempotency.Response{Status: 201, Body: []byte("{}")}), idempotency.ErrLostClaim)
+	})
+
+	t.Run("AClaimWithoutHoldCommitsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		s := idempotency.NewStore(dbtest.Postgres(t))
+		p := params
+		p.Key, p.Hold = "eager", false
+		c, rec, err := s.Claim(ctx, p)
+		require.NoError(t, err)
+		require.Nil(t, rec)
+		require.False(t, c.Held())
+		_, rec, err = s.Claim(ctx, p)
+		require.NoError(t, err)
+		require.NotNil(t, rec, "the second claimer finds the first's key")
+	})
+}
+
+// PersistWith claims a key and writes the owner's first row in one
+// statement, and writes nothing when it cannot (the key is taken, or the
+// owner's row exists), leaving the held claim to Persist.
+func TestPersistWith(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.Postgres(t)
+	require.NoError(t, db.Exec("CREATE TABLE owner_rows (k TEXT PRIMARY KEY, at TIMESTAMPTZ NOT NULL)").Error)
+	s := idempotency.NewStore(db)
+	claim := func(key string) idempotency.Claim {
+		c, _, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: key, RequestHash: "h", Lease: lease, Hold: true})
+		require.NoError(t, err)
+		require.True(t, c.Held())
+		return c
+	}
+	exists := func(key string) clause.Expr {
+		return clause.Expr{SQL: "SELECT 1 FROM owner_rows WHERE k = ?", Vars: []any{key}}
+	}
+	insert := func(key string) clause.Expr {
+		return clause.Expr{SQL: "INSERT INTO owner_rows (k, at) SELECT CAST(? AS text), statement_timestamp() FROM claim RETURNING k", Vars: []any{key}}
+	}
+	keyStored := func(key string) bool {
+		_, err := s.Get(ctx, "m1", key)
+		if errors.Is(err, idempotency.ErrNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	rowCount := func(key string) int64 {
+		var n int64
+		require.NoError(t, db.Table("owner_rows").Where("k = ?", key).Count(&n).Error)
+		return n
+	}
+
+	// A new key and a new row: both, at once.
+	c := claim("new")
+	var got string
+	ok, err := s.PersistWith(ctx, c, exists("new"), insert("new"), &got)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "new", got)
+	require.False(t, c.Held(), "durable")
+	require.True(t, keyStored("new"))
+	require.EqualValues(t, 1, rowCount("new"))
+
+	// The key is taken: nothing written; Persist then says so.
+	c = claim("new")
+	ok, err = s.PersistWith(ctx, c, exists("other"), insert("other"), &got)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.True(t, c.Held())
+	require.Zero(t, rowCount("other"), "no owner row without the claim")
+	require.ErrorIs(t, s.Persist(ctx, c, nil), idempotency.ErrLostClaim)
+
+	// The owner's row exists (a released key, retried): the claim is not
+	// even tried; Persist claims it, and the owner reads its row.
+	require.NoError(t, db.Exec("INSERT INTO owner_rows VALUES ('released', now())").Error)
+	c = claim("released")
+	ok, err = s.PersistWith(ctx, c, exists("released"), insert("released"), &got)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.False(t, keyStored("released"), "nothing written")
+	require.NoError(t, s.Persist(ctx, c, nil))
+	require.True(t, keyStored("released"))
+
+	// Not held: Persist's job.
+	_, err = s.PersistWith(ctx, c, exists("x"), insert("x"), &got)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
 // A retry takes a lapsed key over only while the key still belongs to its

@@ -47,8 +47,8 @@ type Config struct {
 	// releases reports both.
 	Observe func(outcome string)
 	// Admit, when positive, is how many requests at once may be between
-	// their first read of the key and the end of their claim's held
-	// transaction (Persist or Release): the part of a request that comes
+	// their first read of the key and the sending of their claim's pending
+	// INSERT (Persist or PersistWith) or its release: the part of a request that comes
 	// before any provider call. The others wait at the door, first come
 	// first served, holding nothing. Without it, when more requests come
 	// than the database pool serves, new claims and the recording of
@@ -63,6 +63,16 @@ type Config struct {
 	// provider: p50 1.01 → 1.15 s); with twice as many the door was still
 	// nearly full at 360 claims/s and added ~0.1 s to the steady p99.
 	Admit int
+	// Hold defers each new key's claim to the handler's first write
+	// (ClaimParams.Hold): set it only when every handler behind the
+	// middleware writes through Persist or PersistWith before it does
+	// anything the claim guards (a provider call), and answers
+	// ErrLostClaim from them as 409. Then a new key's claim shares a
+	// commit — for a payment, a statement — with the handler's first rows,
+	// and an invalid body writes nothing. Without it the claim commits
+	// before the handler runs, and the handler owns the key from its
+	// first line.
+	Hold bool
 }
 
 // gate admits at most n requests at once, in the order they came (a
@@ -155,7 +165,7 @@ func Middleware(cfg Config) fiber.Handler {
 		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
 		// Past the door until the claim is durable (or there is none):
-		// leave is called early by the held claim's commit or rollback.
+		// leave is called early when the pending claim is sent or dropped.
 		leave := door.enter()
 		defer leave()
 
@@ -165,7 +175,7 @@ func Middleware(cfg Config) fiber.Handler {
 		rec, err := s.Get(ctx, merchantID, key)
 		var claim Claim
 		if errors.Is(err, ErrNotFound) {
-			claim, rec, err = s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease, Hold: true})
+			claim, rec, err = s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease, Hold: cfg.Hold})
 		}
 		if claim.held != nil {
 			claim.held.ended = leave
@@ -256,14 +266,13 @@ func inUse(c *fiber.Ctx) error {
 // leaves it in progress under its lease, by design.
 func run(c *fiber.Ctx, s *Store, claim Claim, observe func(string), log *slog.Logger) error {
 	c.Locals(claimKey{}, claim)
-	// A claim still held open was neither persisted nor released by the
-	// handler (an error or a panic): commit it, so it stays in progress —
-	// the safe default — and its connection goes back to the pool.
+	// A claim still pending was neither persisted nor released by the
+	// handler (an error or a panic before its first write): its INSERT was
+	// never sent, and nothing a claim guards happens before it is, so
+	// there is nothing to keep — the key stays free for the retry.
 	defer func() {
 		if claim.Held() {
-			if perr := s.Persist(c.UserContext(), claim, nil); perr != nil {
-				log.ErrorContext(c.UserContext(), "idempotency: could not persist claim", "err", perr)
-			}
+			_ = s.Release(c.UserContext(), claim)
 		}
 	}()
 	err := c.Next()

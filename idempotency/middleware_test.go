@@ -28,11 +28,14 @@ import (
 // harness is a tiny app behind the middleware. Its handler acts on the
 // first word of the body: complete (201), decline (a completed 402),
 // invalid (release, 400), leave (unknown outcome, 202), crash (returns an
-// error without ending the claim), slow (complete after a pause).
+// error without ending the claim), slow (complete after a pause). With
+// hold, the claim is the middleware's held one (Config.Hold) and the
+// handler persists it before its work, as the gateway's handlers do.
 type harness struct {
 	app   *fiber.App
 	db    *gorm.DB
 	store *idempotency.Store
+	hold  bool
 	runs  atomic.Int32
 
 	mu       sync.Mutex
@@ -41,9 +44,9 @@ type harness struct {
 	client   *http.Client
 }
 
-func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store) *harness {
+func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool) *harness {
 	t.Helper()
-	h := &harness{db: db, store: s}
+	h := &harness{db: db, store: s, hold: hold}
 	h.app = fiber.New(fiber.Config{
 		BodyLimit:             1 << 20,
 		DisableStartupMessage: true,
@@ -61,6 +64,7 @@ func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store) *harness {
 	mw := idempotency.Middleware(idempotency.Config{
 		Store: s,
 		Lease: lease,
+		Hold:  hold,
 		Scope: func(c *fiber.Ctx) string { return c.Get("X-Test-Merchant") }, // stands in for the verified token
 		Observe: func(o string) {
 			h.mu.Lock()
@@ -123,6 +127,14 @@ func (h *harness) handle(c *fiber.Ctx) error {
 			return err
 		}
 		return resp.Write(c)
+	}
+	if h.hold && action != "invalid" {
+		if err := h.store.Persist(ctx, claim, nil); err != nil {
+			if errors.Is(err, idempotency.ErrLostClaim) {
+				return problem.New(fiber.StatusConflict, "idempotency_key_in_use", "in use").WithRetryAfter(1)
+			}
+			return err
+		}
 	}
 	switch action {
 	case "invalid":
@@ -341,57 +353,68 @@ func TestMiddlewareContract(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			db := dbtest.Postgres(t)
-			s, clk := newStore(t, db)
-			h := newHarness(t, db, s)
-			var results []result
-			for i, st := range tt.steps {
-				clk.Advance(st.advance)
-				got := h.do(t, st.req)
-				results = append(results, got)
-				msg := fmt.Sprintf("step %d: %d %s", i+1, got.status, got.body)
-				if st.replayOf > 0 {
-					orig := results[st.replayOf-1]
-					require.Equal(t, orig.status, got.status, msg)
-					require.True(t, bytes.Equal(orig.body, got.body), "%s: replay differs from %q", msg, orig.body)
-					require.Equal(t, orig.header.Get("Content-Type"), got.header.Get("Content-Type"), msg)
-					require.Equal(t, orig.header.Get("Location"), got.header.Get("Location"), msg)
-					require.Equal(t, "true", got.header.Get(idempotency.HeaderReplayed), msg)
-				} else {
-					require.Equal(t, st.status, got.status, msg)
-					require.Empty(t, got.header.Get(idempotency.HeaderReplayed), msg)
+		for _, hold := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/hold=%t", tt.name, hold), func(t *testing.T) {
+				t.Parallel()
+				db := dbtest.Postgres(t)
+				s, clk := newStore(t, db)
+				h := newHarness(t, db, s, hold)
+				var results []result
+				for i, st := range tt.steps {
+					clk.Advance(st.advance)
+					got := h.do(t, st.req)
+					results = append(results, got)
+					msg := fmt.Sprintf("step %d: %d %s", i+1, got.status, got.body)
+					if st.replayOf > 0 {
+						orig := results[st.replayOf-1]
+						require.Equal(t, orig.status, got.status, msg)
+						require.True(t, bytes.Equal(orig.body, got.body), "%s: replay differs from %q", msg, orig.body)
+						require.Equal(t, orig.header.Get("Content-Type"), got.header.Get("Content-Type"), msg)
+						require.Equal(t, orig.header.Get("Location"), got.header.Get("Location"), msg)
+						require.Equal(t, "true", got.header.Get(idempotency.HeaderReplayed), msg)
+					} else {
+						require.Equal(t, st.status, got.status, msg)
+						require.Empty(t, got.header.Get(idempotency.HeaderReplayed), msg)
+					}
+					if st.code != "" {
+						require.Equal(t, st.code, got.code(t), msg)
+						require.Equal(t, problem.ContentType, got.header.Get("Content-Type"), msg)
+					}
+					for k, v := range st.header {
+						require.Equal(t, v, got.header.Get(k), "%s: header %s", msg, k)
+					}
+					if st.bodyHas != "" {
+						require.Contains(t, string(got.body), st.bodyHas, msg)
+					}
+					if st.checkRuns {
+						require.Equal(t, st.runs, h.runs.Load(), msg)
+					}
+					outcomes := h.takeOutcomes()
+					if st.outcomes != nil {
+						require.ElementsMatch(t, st.outcomes, outcomes, msg)
+					}
 				}
-				if st.code != "" {
-					require.Equal(t, st.code, got.code(t), msg)
-					require.Equal(t, problem.ContentType, got.header.Get("Content-Type"), msg)
-				}
-				for k, v := range st.header {
-					require.Equal(t, v, got.header.Get(k), "%s: header %s", msg, k)
-				}
-				if st.bodyHas != "" {
-					require.Contains(t, string(got.body), st.bodyHas, msg)
-				}
-				if st.checkRuns {
-					require.Equal(t, st.runs, h.runs.Load(), msg)
-				}
-				outcomes := h.takeOutcomes()
-				if st.outcomes != nil {
-					require.ElementsMatch(t, st.outcomes, outcomes, msg)
-				}
-			}
-			var rows int64
-			require.NoError(t, db.Model(&idempotency.Record{}).Count(&rows).Error)
-			require.Equal(t, tt.rows, rows, "keys stored")
-		})
+				var rows int64
+				require.NoError(t, db.Model(&idempotency.Record{}).Count(&rows).Error)
+				require.Equal(t, tt.rows, rows, "keys stored")
+			})
+		}
 	}
 }
 
 func TestMiddlewareConcurrentRetriesRunTheWorkOnce(t *testing.T) {
 	t.Parallel()
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%t", hold), func(t *testing.T) {
+			t.Parallel()
+			concurrentRetriesRunTheWorkOnce(t, hold)
+		})
+	}
+}
+
+func concurrentRetriesRunTheWorkOnce(t *testing.T, hold bool) {
 	db := dbtest.Postgres(t)
-	h := newHarness(t, db, idempotency.NewStore(db)) // the wall clock
+	h := newHarness(t, db, idempotency.NewStore(db), hold) // the wall clock
 	const n = 100
 	results := make([]result, n)
 	var wg sync.WaitGroup

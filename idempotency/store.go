@@ -137,7 +137,7 @@ type Claim struct {
 	// state lets the middleware see how the handler ended the claim; it is
 	// for metrics and logs only, never for a decision.
 	state *claimState
-	// held is the open transaction of a claim made with Hold, until it is
+	// held is the pending INSERT of a claim made with Hold, until it is
 	// persisted or released.
 	held *heldTx
 }
@@ -148,10 +148,9 @@ type ClaimParams struct {
 	Key         string
 	RequestHash string
 	Lease       time.Duration
-	// Hold keeps the new claim row in an open transaction, uncommitted,
-	// until the owner calls Persist (writing its own first rows in the same
-	// commit) or Release (a rollback: nothing was ever visible). Concurrent
-	// claimers of the key wait on the row until then. See Persist.
+	// Hold defers the claim's INSERT until the owner calls Persist or
+	// PersistWith (writing its own first rows in the same commit) or
+	// Release (nothing was ever written). See heldTx.
 	Hold bool
 }
 
@@ -217,23 +216,20 @@ const claimAttempts = 3
 // the insert that affects a row owns the key, so two requests can never
 // both win. On success it returns the Claim and a nil Record; otherwise a
 // zero Claim and the existing Record, which the caller inspects (replay,
-// conflict, mismatch, or TakeOver when its lease lapsed).
+// conflict, mismatch, or TakeOver when its lease lapsed). With p.Hold on
+// PostgreSQL the INSERT is not sent yet: the claim is pending until the
+// owner's Persist or PersistWith sends it (see heldTx), and a lost race
+// shows there, as ErrLostClaim.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error) {
+	if p.Hold && s.db.Dialector.Name() == "postgres" {
+		return s.heldClaim(p), nil, nil
+	}
 	for range claimAttempts {
 		token := uuid.NewString()
 		sent := time.Now()
 		db := s.exec(ctx, nil)
-		hold := p.Hold && db.Dialector.Name() == "postgres"
-		if hold {
-			if db = db.Begin(); db.Error != nil {
-				return Claim{}, nil, fmt.Errorf("idempotency: claim: begin: %w", db.Error)
-			}
-		}
 		now := dbclock.Now(db)
 		res := db.Exec(insertClaim, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), token, now, now)
-		if hold && (res.Error != nil || res.RowsAffected != 1) {
-			db.Rollback()
-		}
 		if lockTimedOut(res.Error) {
 			return Claim{}, nil, ErrBusy
 		}
@@ -241,11 +237,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, *Record, error
 			return Claim{}, nil, fmt.Errorf("idempotency: claim: %w", res.Error)
 		}
 		if res.RowsAffected == 1 {
-			c := s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, 0, sent.Add(p.Lease), false)
-			if hold {
-				c.held = &heldTx{tx: db}
-			}
-			return c, nil, nil
+			return s.newClaim(p.MerchantID, p.Key, token, p.RequestHash, 0, sent.Add(p.Lease), false), nil, nil
 		}
 		existing, err := s.Get(ctx, p.MerchantID, p.Key)
 		if errors.Is(err, ErrNotFound) {
@@ -333,9 +325,8 @@ func (s *Store) TakeOver(ctx context.Context, p TakeOverParams) (Claim, bool, er
 }
 
 // owned updates the key of c with values if c still owns it. A claim still
-// held runs it in its own transaction when the caller gave none; when the
-// caller runs its own transaction, the held claim is committed first, or
-// the caller's update would wait on the uncommitted row forever.
+// held is sent first: with the update, in one transaction, when the caller
+// gave none; on its own when the caller runs its own transaction.
 func (s *Store) owned(ctx context.Context, tx *gorm.DB, c Claim, op string, values map[string]any) error {
 	update := func(tx *gorm.DB) error {
 		res := s.exec(ctx, tx).Model(&Record{}).
@@ -419,9 +410,9 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 		return false, errors.ErrUnsupported
 	}
 	if c.Held() {
-		// Never on the request path (the ledger row's Persist commits the
-		// claim before the provider is called); a held claim would have
-		// to commit first or the statement would wait on its own row.
+		// Never on the request path (the ledger row's Persist sends the
+		// claim before the provider is called); a held claim is sent
+		// first, so the statement below finds its row.
 		if err := s.Persist(ctx, c, nil); err != nil {
 			return false, err
 		}
@@ -566,12 +557,9 @@ func (s *Store) Release(ctx context.Context, c Claim) error { return s.ReleaseTx
 // ledger change that goes with the release (a payment marked never charged)
 // commits only if the claim still owned the key.
 func (s *Store) ReleaseTx(ctx context.Context, tx *gorm.DB, c Claim) error {
-	if tx := c.held.take(); tx != nil {
-		defer c.held.end()
-		// Never committed: rolling back is the release, and costs nothing.
-		if err := tx.Rollback().Error; err != nil {
-			return fmt.Errorf("idempotency: release: %w", err)
-		}
+	if p := c.held.take(); p != nil {
+		// Never sent: there is nothing to undo.
+		c.held.end()
 		c.state.set(endReleased)
 		return nil
 	}

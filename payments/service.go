@@ -139,9 +139,8 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		name = m.DefaultProvider
 	}
 	// The provider is checked against the accounts the auth middleware
-	// loaded, not the database: while the claim's transaction is held open
-	// (until open commits it with the ledger row) this request must not
-	// wait for a second pooled connection, or a burst could starve the pool.
+	// loaded, not the database: a body that names another provider costs
+	// no round trip (the claim is still held, unsent).
 	if !contains(m.Providers, name) {
 		return Answer{}, s.release(ctx, claim, problem.Invalid(problem.FieldError{
 			Field: "provider", Reason: fmt.Sprintf("%q is not configured for this merchant", name)}))
@@ -315,22 +314,27 @@ func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p 
 // unknown (a takeover): an earlier attempt may have charged.
 func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID string, in input) (p Payment, redrive bool, err error) {
 	now := s.now()
+	// The common case first: a new key and a new payment, claimed and
+	// written in one statement.
+	p = newPayment(claim, merchantID, in, now)
+	unless, insert := s.store.ClaimedInsert(&p)
+	var created any
+	ok, err := s.keys.PersistWith(ctx, claim, unless, insert, &created)
+	switch {
+	case ok:
+		return p, false, SetCreated(&p, created)
+	case errors.Is(err, idempotency.ErrLostClaim):
+		return Payment{}, false, keyInUse()
+	case err != nil && !errors.Is(err, errors.ErrUnsupported):
+		return Payment{}, false, err
+	}
 	// Persist commits the claim and the ledger row together (one commit
 	// for a new key); for a taken-over key it is a new transaction.
 	err = s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
 		// A new key is the common case: insert first, and read only when
 		// the key already has its payment (a retry after a release, a
 		// takeover, or a key reused after its answer was purged).
-		p = Payment{
-			ID:                "pay_" + compactUUID(),
-			MerchantID:        merchantID,
-			IdempotencyKey:    claim.Key,
-			Status:            StatusProcessing,
-			ProviderReference: providers.Reference(merchantID, claim.Key),
-			Attempts:          1,
-			RequestHash:       claim.RequestHash,
-		}
-		p.apply(in, now)
+		p = newPayment(claim, merchantID, in, now)
 		inserted, err := s.store.InsertNew(ctx, tx, &p)
 		if err != nil || inserted {
 			return err
@@ -384,6 +388,21 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		return Payment{}, false, keyInUse()
 	}
 	return p, redrive, err
+}
+
+// newPayment is the ledger row of a new key's first attempt.
+func newPayment(claim idempotency.Claim, merchantID string, in input, now time.Time) Payment {
+	p := Payment{
+		ID:                "pay_" + compactUUID(),
+		MerchantID:        merchantID,
+		IdempotencyKey:    claim.Key,
+		Status:            StatusProcessing,
+		ProviderReference: providers.Reference(merchantID, claim.Key),
+		Attempts:          1,
+		RequestHash:       claim.RequestHash,
+	}
+	p.apply(in, now)
+	return p
 }
 
 func (p *Payment) apply(in input, now time.Time) {

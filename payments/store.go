@@ -120,12 +120,51 @@ func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserte
 	if err := rows.Scan(&created); err != nil {
 		return false, interpret("insert", err)
 	}
+	if err := SetCreated(p, created); err != nil {
+		return false, err
+	}
+	return true, interpret("insert", rows.Close())
+}
+
+// insertClaimedPayment is insertPayment as the second half of the claim's
+// own statement (idempotency.Store.PersistWith): the ledger row selected
+// FROM claim, so it is written exactly when the key was won, in the same
+// round trip and commit. No ON CONFLICT: the claim is not tried while the
+// key has a payment (paymentOfKey), and one that appeared since the
+// statement began fails it whole, which PersistWith reports as not done.
+const insertClaimedPayment = `INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
+  provider_reference, provider_transaction_id, failure_code, failure_message,
+  email, payment_method, description, metadata, attempts, request_hash, created_at, updated_at)
+SELECT CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS bigint), CAST(? AS text), CAST(? AS text), CAST(? AS text),
+  CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS text),
+  CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS integer), CAST(? AS text), ?, ?
+FROM claim
+RETURNING created_at`
+
+// ClaimedInsert is the ledger row of p as the owner's half of its key's
+// claim (idempotency.Store.PersistWith), and the condition under which the
+// claim is not tried: the key already has a payment. created receives the
+// row's created_at; SetCreated applies it.
+func (s *Store) ClaimedInsert(p *Payment) (unless, insert clause.Expr) {
+	now := dbclock.Now(s.db)
+	unless = clause.Expr{SQL: "SELECT 1 FROM payments WHERE merchant_id = ? AND idempotency_key = ?",
+		Vars: []any{p.MerchantID, p.IdempotencyKey}}
+	insert = clause.Expr{SQL: insertClaimedPayment, Vars: []any{
+		p.ID, p.MerchantID, p.IdempotencyKey, p.Amount, p.Currency, p.Status, p.Provider,
+		p.ProviderReference, p.ProviderTransactionID, p.FailureCode, p.FailureMessage,
+		p.Email, p.PaymentMethod, p.Description, p.Metadata, p.Attempts, p.RequestHash, now, now}}
+	return unless, insert
+}
+
+// SetCreated sets p's creation (and update) time to created, a timestamp
+// as the database returned it.
+func SetCreated(p *Payment, created any) error {
 	at, err := dbclock.Parse(created)
 	if err != nil {
-		return false, interpret("insert", err)
+		return interpret("insert", err)
 	}
 	p.CreatedAt, p.UpdatedAt = at, at
-	return true, interpret("insert", rows.Close())
+	return nil
 }
 
 // Reopen starts a new attempt on a payment whose key was claimed again —

@@ -16,9 +16,10 @@ import (
 
 // paymentSQL is what one new payment costs PostgreSQL on the gateway's hot
 // path, written out for pgbench: the retry fast path's read of the key (a
-// miss), the claim's transaction (INSERT the key ON CONFLICT DO NOTHING,
-// INSERT the ledger row ON CONFLICT DO NOTHING), then the completion's one
-// statement (lock the key, finish the payment, store the answer on the key:
+// miss), the claim and ledger row's one statement (INSERT the key ON
+// CONFLICT DO NOTHING, and the ledger row FROM its RETURNING:
+// idempotency.Store.PersistWith with payments' insertClaimedPayment), then
+// the completion's one statement (lock the key, finish the payment, store the answer on the key:
 // idempotency.Store.CompleteWith with payments' finishClaimed). The conditions and the
 // ~600-byte stored answer mirror idempotency/store.go and payments/store.go,
 // so the tps is the ceiling for the same work without HTTP, auth, JSON and
@@ -26,14 +27,15 @@ import (
 // 10^15 are negligible), so every run is a new payment.
 const paymentSQL = `\set k random(1, 1000000000000000)
 SELECT * FROM idempotency_keys WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k LIMIT 1;
-BEGIN;
-INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, status_code, locked_until, lock_token, resource_id, created_at)
-  VALUES ('ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', 0, now() + interval '30 seconds', 'lock-' || :k, '', now())
-  ON CONFLICT DO NOTHING;
-INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, created_at, updated_at)
-  VALUES ('pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, now(), now())
-  ON CONFLICT (merchant_id, idempotency_key) DO NOTHING;
-COMMIT;
+WITH claim AS (
+  INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
+  SELECT 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', statement_timestamp() + interval '30 seconds', 'lock-' || :k, statement_timestamp(), statement_timestamp()
+  WHERE NOT EXISTS (SELECT 1 FROM payments WHERE merchant_id = 'ten_pgbench' AND idempotency_key = 'pgb-' || :client_id || '-' || :k)
+  ON CONFLICT DO NOTHING
+  RETURNING 1
+) INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, request_hash, created_at, updated_at)
+  SELECT 'pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', statement_timestamp(), statement_timestamp()
+  FROM claim RETURNING created_at;
 WITH claim AS (
   SELECT 1 FROM idempotency_keys
   WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k

@@ -162,8 +162,9 @@ inline clearLease() {
 /* ==== the SQL statements of idempotency/store.go (with their payment writes) ==== */
 
 /* Store.Claim + Service.open (InsertNew or Reopen), one step: the claim's
- * INSERT is held open and commits with the payment's first write. Only when
- * the key is absent (INSERT … ON CONFLICT DO NOTHING affected a row). */
+ * INSERT is held back and sent with the payment's first write, in one
+ * statement (PersistWith) or one transaction (Persist). Only when the key is
+ * absent (INSERT … ON CONFLICT DO NOTHING affected a row). */
 inline Claim(h) {
 	key = K_INPROG; ktok = _pid; klive = 1; kworking = 1; kstale = 0;
 	if
