@@ -142,6 +142,9 @@ func (s *Service) mutate(ctx context.Context, keys *idempotency.Store, claim ide
 	return out, err
 }
 
+// maxEndpoints is how many webhook endpoints one merchant may have.
+const maxEndpoints = 16
+
 var errEndpointNotFound = problem.New(fiber.StatusNotFound, "webhook_endpoint_not_found", "no such webhook endpoint")
 
 // CreateEndpoint adds a merchant's endpoint; the answer shows its secret.
@@ -150,10 +153,13 @@ func (s *Service) CreateEndpoint(ctx context.Context, keys *idempotency.Store, c
 		return idempotency.Response{}, releaseWith(ctx, keys, claim, err)
 	}
 	return s.mutate(ctx, keys, claim, func(tx *gorm.DB) (idempotency.Response, error) {
+		if err := s.store.lockEndpoints(ctx, tx, merchantID); err != nil {
+			return idempotency.Response{}, err
+		}
 		if eps, err := s.store.endpoints(ctx, tx, merchantID); err != nil {
 			return idempotency.Response{}, err
-		} else if len(eps) >= 16 {
-			return idempotency.Response{}, invalid("url", "a merchant has at most 16 endpoints")
+		} else if len(eps) >= maxEndpoints {
+			return idempotency.Response{}, invalid("url", fmt.Sprintf("a merchant has at most %d endpoints", maxEndpoints))
 		}
 		now := s.cfg.Now().UTC()
 		secret := NewSecret()

@@ -3,9 +3,11 @@ package events_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,4 +280,29 @@ func TestTheBacklogIsMeasured(t *testing.T) {
 	require.Contains(t, string(metrics.Body), "oncepay_webhooks_oldest_pending_seconds")
 	require.Regexp(t, `oncepay_webhooks_deliveries_total\{[^}]*outcome="retrying"[^}]*\} 1`, string(metrics.Body))
 	require.Contains(t, string(metrics.Body), "oncepay_webhooks_attempt_duration_seconds_count")
+}
+
+// The cap on a merchant's endpoints holds under concurrency: creates with
+// distinct keys racing past it leave exactly maxEndpoints, the rest 400.
+func TestEndpointCapHoldsUnderRacingCreates(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *apptest.Gateway) {
+		m := g.Onboard(nil)
+		const racers = 24
+		statuses := make([]int, racers)
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				body := jsonBody(map[string]any{"url": fmt.Sprintf("https://shop%d.example.com/hooks", i)})
+				statuses[i] = g.Do("POST", "/v1/webhook_endpoints", body, auth(m, "Idempotency-Key", fmt.Sprintf("cap-%d", i))...).StatusCode
+			})
+		}
+		wg.Wait()
+		count := map[int]int{}
+		for _, s := range statuses {
+			count[s]++
+		}
+		require.Equal(t, map[int]int{http.StatusCreated: 16, http.StatusBadRequest: racers - 16}, count)
+		require.Len(t, g.Get(m, "/v1/webhook_endpoints").JSON(t)["data"], 16)
+	})
 }

@@ -12,7 +12,9 @@
 // an outbox relay hands each new event to the queue — one delivery job per
 // subscribed endpoint — in a transaction that also marks the event handed
 // over (enqueued_at), so every event is enqueued exactly once, after any
-// crash. The queue retries a failed delivery on WEBHOOK_RETRY_SCHEDULE,
+// crash. An event of a merchant with no live endpoint is written handed
+// over already (bornHandedOver): an endpoint hears the transitions after
+// its creation. The queue retries a failed delivery on WEBHOOK_RETRY_SCHEDULE,
 // and each attempt is owned by one instance. Deliveries are at least once:
 // the same event keeps its webhook-id on every attempt, so a receiver
 // dedupes by it. Ordering is not promised; an event's created_at and the
@@ -142,8 +144,21 @@ func known(t string) bool {
 	return false
 }
 
-const insertEvent = `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+const insertEvent = `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at, enqueued_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+
+// bornHandedOver is an event's enqueued_at as it is written: NULL (for the
+// relay) while the merchant has an endpoint that could hear it, and
+// otherwise the event's own time — handed over to nobody, and never
+// touched again. An endpoint hears the transitions after its creation
+// (one created in the same instant may or may not), and most merchants
+// have none: without this every payment's event would cost the relay a
+// locking read and a non-HOT update (it leaves the outbox index), the
+// PostgreSQL work of a second payment.
+func bornHandedOver(db *gorm.DB, merchantID string) clause.Expr {
+	return clause.Expr{SQL: `CASE WHEN EXISTS (SELECT 1 FROM webhook_endpoints
+  WHERE merchant_id = ? AND disabled_at IS NULL) THEN NULL ELSE ? END`, Vars: []any{merchantID, dbclock.Now(db)}}
+}
 
 // Emitter writes events; now stamps their bodies (an instance clock synced
 // to the database's).
@@ -166,7 +181,8 @@ func (e *Emitter) Emit(ctx context.Context, tx *gorm.DB, p Params) error {
 		return err
 	}
 	db := tx.WithContext(ctx)
-	if err := db.Exec(insertEvent, ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db)).Error; err != nil {
+	if err := db.Exec(insertEvent, ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db),
+		bornHandedOver(db, ev.MerchantID)).Error; err != nil {
 		return fmt.Errorf("events: emit %s: %w", p.Type, err)
 	}
 	return nil
@@ -180,9 +196,9 @@ func (e *Emitter) EmitAlong(db *gorm.DB, p Params, cond string) (clause.Expr, er
 	if err != nil {
 		return clause.Expr{}, err
 	}
-	return clause.Expr{SQL: `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at)
-SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM ` + cond + `) ON CONFLICT DO NOTHING RETURNING 1`,
-		Vars: []any{ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db)}}, nil
+	return clause.Expr{SQL: `INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at, enqueued_at)
+SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM ` + cond + `) ON CONFLICT DO NOTHING RETURNING 1`,
+		Vars: []any{ev.MerchantID, ev.ID, ev.Type, ev.ObjectID, ev.Dedupe, ev.Payload, dbclock.Now(db), bornHandedOver(db, ev.MerchantID)}}, nil
 }
 
 // ErrNotFound means no such event (or another merchant's).

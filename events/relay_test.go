@@ -47,6 +47,12 @@ VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), n
 			return em.Emit(ctx, tx, Params{MerchantID: "m2", Type: PaymentSucceeded, ObjectID: "pay_x", Object: map[string]any{"id": "pay_x"}})
 		}))
 
+		var m1Waiting, m2Waiting int64
+		require.NoError(t, db.Table("events").Where("merchant_id = 'm1' AND enqueued_at IS NULL").Count(&m1Waiting).Error)
+		require.NoError(t, db.Table("events").Where("merchant_id = 'm2' AND enqueued_at IS NULL").Count(&m2Waiting).Error)
+		require.Equal(t, int64(busy), m1Waiting, "m1's events wait for the relay")
+		require.Zero(t, m2Waiting, "m2 has no endpoint: its event is born handed over, and the relay never touches it")
+
 		require.NoError(t, s.Relay(ctx))
 		var waiting, jobs int64
 		require.NoError(t, db.Table("events").Where("enqueued_at IS NULL").Count(&waiting).Error)

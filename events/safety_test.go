@@ -174,6 +174,9 @@ func TestPurgeKeepsThirtyDays(t *testing.T) {
 		ctx := context.Background()
 		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
 VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, time.Now().UTC(), time.Now().UTC()).Error)
+		// An endpoint, so events wait for the relay (bornHandedOver).
+		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
+VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), time.Now().UTC(), time.Now().UTC()).Error)
 		em := NewEmitter(nil)
 		emit := func(obj string) {
 			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {

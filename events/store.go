@@ -138,6 +138,19 @@ func (s *Store) endpoints(ctx context.Context, tx *gorm.DB, merchantID string) (
 	return out, interpret("endpoints", err)
 }
 
+// lockEndpoints serialises changes to one merchant's set of endpoints
+// until tx ends, so the cap is counted and kept in one step: two creates
+// that both counted 15 would otherwise both insert. PostgreSQL only: a
+// SQLite transaction begins IMMEDIATE, so there writers never interleave.
+func (s *Store) lockEndpoints(ctx context.Context, tx *gorm.DB, merchantID string) error {
+	db := s.exec(ctx, tx)
+	if db.Dialector.Name() != "postgres" {
+		return nil
+	}
+	err := db.Exec("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", "webhook_endpoints/"+merchantID).Error
+	return interpret("lock endpoints", err)
+}
+
 func (s *Store) updateEndpoint(ctx context.Context, tx *gorm.DB, merchantID, id string, cols map[string]any) error {
 	res := s.exec(ctx, tx).Model(&Endpoint{}).Where("merchant_id = ? AND id = ?", merchantID, id).Updates(cols)
 	if res.Error == nil && res.RowsAffected == 0 {

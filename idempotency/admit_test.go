@@ -124,3 +124,54 @@ func TestMiddlewareAdmitQueuesOnlyBeforeTheClaimIsDurable(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"a: 201": true, "b: 201": true}, got)
 }
+
+// A request whose deadline passes while it waits at the door is answered
+// 503 with Retry-After, having read and written nothing, and the door's
+// place it never got is not given back twice.
+func TestMiddlewareAdmitGivesUpAtTheRequestsDeadline(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	s, _ := newStore(t, db)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Post("/v1/things", func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithTimeout(c.UserContext(), 300*time.Millisecond)
+		defer cancel()
+		c.SetUserContext(ctx)
+		return c.Next()
+	}, idempotency.Middleware(idempotency.Config{
+		Store: s, Lease: lease, Admit: 1, Hold: true,
+		Scope: func(*fiber.Ctx) string { return "m_door" },
+	}), func(c *fiber.Ctx) error {
+		claim, _ := idempotency.ClaimFrom(c)
+		if string(c.Body()) == "hold" {
+			entered <- struct{}{}
+			<-release
+		}
+		if err := s.Persist(context.Background(), claim, nil); err != nil {
+			return err
+		}
+		if err := s.Complete(context.Background(), nil, claim, idempotency.Response{Status: 201, Body: c.Body()}); err != nil {
+			return err
+		}
+		return c.Status(201).Send(c.Body())
+	})
+	post := func(key, body string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, "/v1/things", bytes.NewBufferString(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := app.Test(req, 10_000)
+		require.NoError(t, err)
+		return resp
+	}
+	held := make(chan *http.Response, 1)
+	go func() { held <- post("k-hold", "hold") }()
+	<-entered
+	r := post("k-late", "late")
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	_, err := s.Get(context.Background(), "m_door", "k-late")
+	require.ErrorIs(t, err, idempotency.ErrNotFound, "nothing written for it")
+	close(release)
+	require.Equal(t, http.StatusCreated, (<-held).StatusCode)
+	require.Equal(t, http.StatusCreated, post("k-late", "late").StatusCode, "the door is free again, once")
+}

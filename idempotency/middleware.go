@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -80,14 +81,19 @@ type Config struct {
 type gate chan struct{}
 
 // enter waits for a place and returns the function that gives it back,
-// which may be called any number of times. A nil gate admits everyone.
-func (g gate) enter() func() {
+// which may be called any number of times; or ctx's error when the request
+// ran out of time at the door, holding nothing. A nil gate admits everyone.
+func (g gate) enter(ctx context.Context) (func(), error) {
 	if g == nil {
-		return func() {}
+		return func() {}, nil
 	}
-	g <- struct{}{}
+	select {
+	case g <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	var once sync.Once
-	return func() { once.Do(func() { <-g }) }
+	return func() { once.Do(func() { <-g }) }, nil
 }
 
 // claimKey is the c.Locals key of the request's Claim.
@@ -166,7 +172,14 @@ func Middleware(cfg Config) fiber.Handler {
 
 		// Past the door until the claim is durable (or there is none):
 		// leave is called early when the pending claim is sent or dropped.
-		leave := door.enter()
+		leave, err := door.enter(ctx)
+		if err != nil {
+			// Its deadline passed in the queue: nothing was read or
+			// written for it, so the same key may be sent again.
+			log.WarnContext(ctx, "idempotency: request timed out waiting for admission; answered 503")
+			return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
+				"the gateway is too busy to take this request now; nothing was done; retry with the same Idempotency-Key").WithRetryAfter(1))
+		}
 		defer leave()
 
 		// Fast path for retries: a known key is answered from one read (a
