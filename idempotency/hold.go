@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -134,19 +133,20 @@ func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error
 // trip and one commit (a payment's claim and ledger row, before the
 // provider is called).
 //
-// unless is a condition (an EXISTS over the owner's table) under which the
-// claim is not even tried, because the owner's row already exists — the key
-// was released earlier, or its answer purged — and the owner must read it
-// first. insert is the owner's INSERT … SELECT …, which must select FROM
-// claim (the claim's CTE, one row exactly when it won the key) and end in
-// RETURNING; dest receive its one returned row.
+// insert is the owner's INSERT … SELECT … FROM claim (the claim's CTE: one
+// row exactly when it won the key) … ON CONFLICT DO NOTHING RETURNING …;
+// dest receive its returned row, and must take NULLs (*any, sql.Null…),
+// which they get when it wrote none. The conflict is the owner's own row
+// existing already (the key was released earlier, or its answer purged):
+// the owner must read that row, not write one.
 //
-// ok is true when both rows were written: the claim is durable. ok is false,
-// with nothing written, when the claim was not won or not tried (the key is
-// taken, or the owner's row exists): the caller goes on with Persist, which
-// decides as always. errors.ErrUnsupported when c is not held (durable, or
-// on SQLite): use Persist.
-func (s *Store) PersistWith(ctx context.Context, c Claim, unless, insert clause.Expr, dest ...any) (ok bool, err error) {
+// ok is true when both rows were written. ok is false, with no error, when
+// the claim was won but the owner's row exists: the claim is durable now,
+// and the caller goes on with Persist, whose fn runs in a new transaction.
+// ErrLostClaim when the key is taken: nothing was written.
+// errors.ErrUnsupported when c is not held (durable, or on SQLite): use
+// Persist.
+func (s *Store) PersistWith(ctx context.Context, c Claim, insert clause.Expr, dest ...any) (ok bool, err error) {
 	db := s.exec(ctx, nil)
 	if !c.Held() || db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
@@ -155,40 +155,34 @@ func (s *Store) PersistWith(ctx context.Context, c Claim, unless, insert clause.
 	p := *c.held.pending
 	c.held.mu.Unlock()
 	now := dbclock.Now(db)
-	// The casts type the parameters, which INSERT … SELECT does not infer
-	// from the columns as INSERT … VALUES does.
 	rows, err := db.Raw(`WITH claim AS (
   INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
-  SELECT CAST(? AS text), CAST(? AS text), CAST(? AS text), CAST(? AS text), ?, CAST(? AS text), ?, ?
-  WHERE NOT EXISTS (?)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?)
   ON CONFLICT DO NOTHING
   RETURNING 1
-) ?`, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), c.Token, now, now,
-		unless, insert).Rows()
+), resource AS (?)
+SELECT (SELECT count(*) FROM claim) AS claimed, (SELECT count(*) FROM resource) AS written, resource.*
+FROM (SELECT 1) AS one LEFT JOIN resource ON true`,
+		p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), c.Token, now, now,
+		insert).Rows()
+	var claimed, written int
 	if err == nil {
-		err = scanOne(rows, dest...)
+		err = scanOne(rows, append([]any{&claimed, &written}, dest...)...)
 	}
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case isUniqueViolation(err):
-		// The owner's row appeared after this statement's snapshot (a
-		// release racing the claim): the whole statement rolled back.
-		return false, nil
 	case lockTimedOut(err):
-		return false, nil
+		return false, fmt.Errorf("idempotency: claim: %w (%w)", ErrLostClaim, ErrBusy)
 	case err != nil:
 		return false, fmt.Errorf("idempotency: claim: %w", err)
+	case claimed != 1:
+		c.held.take()
+		c.held.end()
+		c.state.set(endReleased)
+		return false, fmt.Errorf("idempotency: claim: %w", ErrLostClaim)
 	}
 	c.held.take()
 	c.held.end()
-	return true, nil
-}
-
-// isUniqueViolation reports PostgreSQL's unique_violation (23505).
-func isUniqueViolation(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "23505"
+	return written == 1, nil
 }
 
 // Held reports whether the claim is still pending: not yet sent with the

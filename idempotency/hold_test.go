@@ -117,8 +117,8 @@ func TestHeldClaim(t *testing.T) {
 }
 
 // PersistWith claims a key and writes the owner's first row in one
-// statement, and writes nothing when it cannot (the key is taken, or the
-// owner's row exists), leaving the held claim to Persist.
+// statement; it writes nothing when the key is taken, and only the claim
+// when the owner's row exists (the owner then reads it, through Persist).
 func TestPersistWith(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -131,11 +131,8 @@ func TestPersistWith(t *testing.T) {
 		require.True(t, c.Held())
 		return c
 	}
-	exists := func(key string) clause.Expr {
-		return clause.Expr{SQL: "SELECT 1 FROM owner_rows WHERE k = ?", Vars: []any{key}}
-	}
-	insert := func(key string) clause.Expr {
-		return clause.Expr{SQL: "INSERT INTO owner_rows (k, at) SELECT CAST(? AS text), statement_timestamp() FROM claim RETURNING k", Vars: []any{key}}
+	insert := func(row string) clause.Expr {
+		return clause.Expr{SQL: "INSERT INTO owner_rows (k, at) SELECT CAST(? AS text), statement_timestamp() FROM claim ON CONFLICT DO NOTHING RETURNING k", Vars: []any{row}}
 	}
 	keyStored := func(key string) bool {
 		_, err := s.Get(ctx, "m1", key)
@@ -145,16 +142,16 @@ func TestPersistWith(t *testing.T) {
 		require.NoError(t, err)
 		return true
 	}
-	rowCount := func(key string) int64 {
+	rowCount := func(row string) int64 {
 		var n int64
-		require.NoError(t, db.Table("owner_rows").Where("k = ?", key).Count(&n).Error)
+		require.NoError(t, db.Table("owner_rows").Where("k = ?", row).Count(&n).Error)
 		return n
 	}
 
 	// A new key and a new row: both, at once.
 	c := claim("new")
-	var got string
-	ok, err := s.PersistWith(ctx, c, exists("new"), insert("new"), &got)
+	var got any
+	ok, err := s.PersistWith(ctx, c, insert("new"), &got)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "new", got)
@@ -162,28 +159,27 @@ func TestPersistWith(t *testing.T) {
 	require.True(t, keyStored("new"))
 	require.EqualValues(t, 1, rowCount("new"))
 
-	// The key is taken: nothing written; Persist then says so.
+	// The key is taken: nothing written.
 	c = claim("new")
-	ok, err = s.PersistWith(ctx, c, exists("other"), insert("other"), &got)
-	require.NoError(t, err)
-	require.False(t, ok)
-	require.True(t, c.Held())
+	_, err = s.PersistWith(ctx, c, insert("other"), &got)
+	require.ErrorIs(t, err, idempotency.ErrLostClaim)
+	require.False(t, c.Held())
 	require.Zero(t, rowCount("other"), "no owner row without the claim")
-	require.ErrorIs(t, s.Persist(ctx, c, nil), idempotency.ErrLostClaim)
 
-	// The owner's row exists (a released key, retried): the claim is not
-	// even tried; Persist claims it, and the owner reads its row.
+	// The owner's row exists (a released key, retried): the claim is made
+	// and durable, the row left for the owner to read.
 	require.NoError(t, db.Exec("INSERT INTO owner_rows VALUES ('released', now())").Error)
 	c = claim("released")
-	ok, err = s.PersistWith(ctx, c, exists("released"), insert("released"), &got)
+	ok, err = s.PersistWith(ctx, c, insert("released"), &got)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.False(t, keyStored("released"), "nothing written")
-	require.NoError(t, s.Persist(ctx, c, nil))
+	require.Nil(t, got)
+	require.False(t, c.Held())
 	require.True(t, keyStored("released"))
+	require.NoError(t, s.Persist(ctx, c, func(tx *gorm.DB) error { return nil }), "the owner goes on on its durable claim")
 
 	// Not held: Persist's job.
-	_, err = s.PersistWith(ctx, c, exists("x"), insert("x"), &got)
+	_, err = s.PersistWith(ctx, c, insert("x"), &got)
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 

@@ -317,9 +317,8 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 	// The common case first: a new key and a new payment, claimed and
 	// written in one statement.
 	p = newPayment(claim, merchantID, in, now)
-	unless, insert := s.store.ClaimedInsert(&p)
 	var created any
-	ok, err := s.keys.PersistWith(ctx, claim, unless, insert, &created)
+	ok, err := s.keys.PersistWith(ctx, claim, s.store.ClaimedInsert(&p), &created)
 	switch {
 	case ok:
 		return p, false, SetCreated(&p, created)

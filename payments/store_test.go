@@ -33,6 +33,7 @@ func TestInsertNewStoresEveryField(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, inserted)
 
+		time.Sleep(2 * time.Millisecond) // SQLite's clock moves in milliseconds
 		got, err := s.GetByKey(ctx, nil, "ten_every", "key-every")
 		require.NoError(t, err)
 		got.CreatedAt, got.UpdatedAt = got.CreatedAt.UTC(), got.UpdatedAt.UTC()
