@@ -29,13 +29,12 @@ const paymentSQL = `\set k random(1, 1000000000000000)
 SELECT * FROM idempotency_keys WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k LIMIT 1;
 WITH claim AS (
   INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
-  SELECT 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', statement_timestamp() + interval '30 seconds', 'lock-' || :k, statement_timestamp(), statement_timestamp()
-  WHERE NOT EXISTS (SELECT 1 FROM payments WHERE merchant_id = 'ten_pgbench' AND idempotency_key = 'pgb-' || :client_id || '-' || :k)
+  VALUES ('ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', statement_timestamp() + interval '30 seconds', 'lock-' || :k, statement_timestamp(), statement_timestamp())
   ON CONFLICT DO NOTHING
   RETURNING 1
 ) INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, request_hash, created_at, updated_at)
   SELECT 'pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', statement_timestamp(), statement_timestamp()
-  FROM claim RETURNING created_at;
+  FROM claim ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING created_at;
 WITH claim AS (
   SELECT 1 FROM idempotency_keys
   WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k
