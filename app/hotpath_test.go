@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"sort"
 	"strings"
@@ -101,6 +102,13 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	}
 
 	m := g.Onboard(nil)
+	// A live endpoint, so the merchant's events wait for the relay's
+	// hand-over (a merchant without one has its events born handed over).
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(receiver.Close)
+	hook := g.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`"}`),
+		"Authorization", "Bearer "+m.Token, "Idempotency-Key", "hp-endpoint", "Content-Type", "application/json")
+	require.Equal(t, http.StatusCreated, hook.StatusCode, string(hook.Body))
 	pay := func(key, method string) apptest.Response {
 		return g.Pay(m, key, map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": method})
 	}
