@@ -116,6 +116,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"BadRetrySchedule", map[string]string{"WEBHOOK_RETRY_SCHEDULE": "5s,soon"}, "WEBHOOK_RETRY_SCHEDULE must be comma-separated"},
 		{"ZeroRetry", map[string]string{"WEBHOOK_RETRY_SCHEDULE": "5s,0s"}, "WEBHOOK_RETRY_SCHEDULE"},
 		{"LongRetry", map[string]string{"WEBHOOK_RETRY_SCHEDULE": strings.Repeat("1s,", 20) + "1s"}, "at most 20"},
+		{"SkewInProduction", map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+			"JWT_SECRET": jwt32, "MASTER_KEY": master, "CLOCK_SKEW": "90s"}, "CLOCK_SKEW is a test setting; production refuses it"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,4 +158,14 @@ func TestAdmitClaimsFollowsThePool(t *testing.T) {
 	if _, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_ADMIT_CLAIMS": "-1"})); err == nil {
 		t.Fatal("DATABASE_ADMIT_CLAIMS=-1 accepted")
 	}
+}
+
+// CLOCK_SKEW shifts a development instance's clock (the chaos run's skewed
+// instance); production refuses it (TestInvalidValuesNameTheirVariable).
+func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {
+	t.Parallel()
+	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "CLOCK_SKEW": "-90s"}))
+	require.NoError(t, err)
+	require.Equal(t, -90*time.Second, c.ClockSkew)
+	require.WithinDuration(t, time.Now().Add(-90*time.Second), c.Now(), 5*time.Second)
 }
