@@ -24,7 +24,8 @@ import (
 
 // tenantOwned are the tables distributed by merchant_id on a sharded
 // PostgreSQL (app/database/shard_test.go lists the others, with reasons).
-var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true, "refunds": true, "events": true}
+var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true, "refunds": true, "events": true,
+	"webhook_endpoints": true, "webhook_deliveries": true}
 
 // fanOut are the only statements on tenant-owned tables allowed not to
 // name one merchant, each with why: reads without locks that find which
@@ -45,8 +46,9 @@ var fanOut = []struct {
 // that touches a tenant-owned table — a new payment, a replay, a decline, a
 // provider timeout and its retry's takeover, a release, a poll, reads and
 // listings, refunds (answered, lost and settled by the sweeper, read and
-// listed), the events relay, the sweeper (release, pending, review,
-// recheck and re-open) and the purge — captures every statement it sends, and EXPLAINs each one:
+// listed), the events relay, webhook deliveries and endpoints, the events
+// API, the sweeper (release, pending, review, recheck and re-open) and
+// both purges — captures every statement it sends, and EXPLAINs each one:
 // every scan of a tenant-owned table must filter on merchant_id (in its
 // index condition or filter), and every INSERT must write it, so that on a
 // database sharded by merchant each statement routes to one shard. The
@@ -104,7 +106,8 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	m := g.Onboard(nil)
 	// A live endpoint, so the merchant's events wait for the relay's
 	// hand-over (a merchant without one has its events born handed over).
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	var delivered atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { delivered.Add(1) }))
 	t.Cleanup(receiver.Close)
 	hook := g.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`"}`),
 		"Authorization", "Bearer "+m.Token, "Idempotency-Key", "hp-endpoint", "Content-Type", "application/json")
@@ -154,6 +157,27 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	require.Equal(t, http.StatusOK, g.Get(m, "/v1/refunds/"+re.JSON(t)["id"].(string)).StatusCode)
 	require.Equal(t, http.StatusOK, g.Get(m, "/v1/payments/"+id+"/refunds").StatusCode)
 	require.NoError(t, g.App.Events.Relay(ctx))
+	// The endpoint's deliveries (River's worker, in the background), and
+	// the merchant's reads and changes of endpoints and events.
+	require.Eventually(t, func() bool { return delivered.Load() > 0 }, 20*time.Second, 50*time.Millisecond)
+	ep := hook.JSON(t)["id"].(string)
+	require.Eventually(t, func() bool {
+		data, _ := g.Get(m, "/v1/webhook_endpoints/"+ep+"/deliveries").JSON(t)["data"].([]any)
+		return len(data) > 0
+	}, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, http.StatusOK, g.Get(m, "/v1/webhook_endpoints").StatusCode)
+	require.Equal(t, http.StatusOK, g.Get(m, "/v1/webhook_endpoints/"+ep).StatusCode)
+	evs := g.Get(m, "/v1/events?limit=1")
+	require.Equal(t, http.StatusOK, evs.StatusCode)
+	evID := evs.JSON(t)["data"].([]any)[0].(map[string]any)["id"].(string)
+	require.Equal(t, http.StatusOK, g.Get(m, "/v1/events/"+evID).StatusCode)
+	mutate := func(method, path, key, body string) {
+		r := g.Do(method, path, []byte(body), "Authorization", "Bearer "+m.Token, "Idempotency-Key", key, "Content-Type", "application/json")
+		require.Less(t, r.StatusCode, 300, string(r.Body))
+	}
+	mutate("POST", "/v1/events/"+evID+"/redeliver", "hp-redeliver", "")
+	mutate("PATCH", "/v1/webhook_endpoints/"+ep, "hp-patch", `{"description":"hot path"}`)
+	mutate("POST", "/v1/webhook_endpoints/"+ep+"/rotate_secret", "hp-rotate", "")
 
 	// The sweeper: a late charge released as not_processed, a pending one
 	// left, then past REVIEW_AFTER flagged; the recheck re-opens the late one.
@@ -170,6 +194,13 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	age(100 * time.Hour)
 	_, err = g.App.Scheduler.Purger().RunOnce(ctx)
 	require.NoError(t, err)
+	quietly(func() {
+		dbtest.Age(t, db, 40*24*time.Hour, "events", "created_at")
+		dbtest.Age(t, db, 40*24*time.Hour, "webhook_deliveries", "at")
+	})
+	_, err = g.App.Events.Purge(ctx)
+	require.NoError(t, err)
+	mutate("DELETE", "/v1/webhook_endpoints/"+ep, "hp-delete", "")
 	on.Store(false)
 
 	sqlDB, err := db.DB()
@@ -256,6 +287,9 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 		"UPDATE payments SET amount_refunded",                           // its reservation
 		"INSERT INTO events",                                            // a transition's event
 		"UPDATE \"events\" SET \"enqueued_at\"",                         // the relay's hand-over
+		"INSERT INTO webhook_deliveries",                                 // a delivery's log
+		"DELETE FROM events WHERE merchant_id",                          // the events purge
+		"DELETE FROM webhook_deliveries WHERE merchant_id",              // and their deliveries'
 	} {
 		require.Contains(t, all, want)
 	}

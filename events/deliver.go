@@ -172,9 +172,13 @@ type purgeWorker struct {
 }
 
 func (w *purgeWorker) Work(ctx context.Context, _ *river.Job[purgeArgs]) error {
-	_, err := w.s.store.purge(ctx, 1000)
+	_, err := w.s.Purge(ctx)
 	return err
 }
+
+// Purge deletes events and deliveries past Retention now, as the hourly
+// job does, and returns how many events it deleted.
+func (s *Service) Purge(ctx context.Context) (int64, error) { return s.store.purge(ctx, 1000) }
 
 func (w *purgeWorker) Timeout(*river.Job[purgeArgs]) time.Duration { return 30 * time.Minute }
 
