@@ -287,7 +287,7 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 		"UPDATE payments SET amount_refunded",                           // its reservation
 		"INSERT INTO events",                                            // a transition's event
 		"UPDATE \"events\" SET \"enqueued_at\"",                         // the relay's hand-over
-		"INSERT INTO webhook_deliveries",                                 // a delivery's log
+		"INSERT INTO webhook_deliveries",                                // a delivery's log
 		"DELETE FROM events WHERE merchant_id",                          // the events purge
 		"DELETE FROM webhook_deliveries WHERE merchant_id",              // and their deliveries'
 	} {
