@@ -125,7 +125,9 @@ const clockSync = 30 * time.Second
 
 func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	a := &App{cfg: cfg, log: log, db: db, Clock: dbclock.NewClock(cfg.Now)}
-	if off, err := a.Clock.Sync(context.Background(), db); err != nil {
+	if !cfg.ClockSync {
+		log.Warn("CLOCK_SYNC=false: this instance stamps with its own clock", "skew", cfg.ClockSkew)
+	} else if off, err := a.Clock.Sync(context.Background(), db); err != nil {
 		log.Warn("could not read the database's clock; stamping with this instance's", "err", err)
 	} else if off > 2*time.Second || off < -2*time.Second {
 		log.Warn("this instance's clock differs from the database's; tokens and timestamps follow the database's",
@@ -398,7 +400,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	clockCtx, stopClock := context.WithCancel(ctx)
 	defer stopClock()
-	go a.Clock.Run(clockCtx, a.db, clockSync)
+	if a.cfg.ClockSync {
+		go a.Clock.Run(clockCtx, a.db, clockSync)
+	}
 	select {
 	case err := <-errc:
 		_ = a.Close()

@@ -83,6 +83,11 @@ type Config struct {
 	// ClockSkew shifts this instance's own clock (CLOCK_SKEW, development
 	// only), so tests can run instances whose clocks disagree.
 	ClockSkew time.Duration
+	// ClockSync keeps the instance's stamping clock in step with the
+	// database's (CLOCK_SYNC, default true; development may turn it off,
+	// so a test's skewed instance stamps with its skewed clock and shows
+	// that no lease or age depends on it).
+	ClockSync bool
 }
 
 // Database selects the store.
@@ -277,6 +282,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
+		ClockSync:       r.bool("CLOCK_SYNC", true),
 	}
 	c.Secrets = Secrets{
 		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
@@ -321,6 +327,9 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if c.ClockSkew != 0 && c.Production() {
 		r.fail("CLOCK_SKEW", "is a test setting; production refuses it")
+	}
+	if !c.ClockSync && c.Production() {
+		r.fail("CLOCK_SYNC", "is a test setting; production refuses false")
 	}
 	if _, err := cron.ParseStandard(c.Schedule.PurgeSchedule); err != nil {
 		r.fail("PURGE_SCHEDULE", "is not a 5-field cron expression: %v", err)

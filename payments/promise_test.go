@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/idempotency"
@@ -212,8 +213,20 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 	t.Parallel()
 	a := apptest.Start(t, apptest.Env("SIMULATOR_LATENCY", "1500ms"))
 	m := a.Onboard(nil)
-	ahead := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "60s"))
-	behind := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "-60s"))
+	// Their clocks are a minute off and stay so (no sync with the
+	// database's): whatever either computed from its own clock — stamps,
+	// a lease, an age — would be a minute off too.
+	unsynced := apptest.Env("CLOCK_SYNC", "false")
+	ahead := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "60s"), unsynced)
+	behind := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "-60s"), unsynced)
+	dbNow, err := dbclock.Read(a.App.DB())
+	require.NoError(t, err)
+	require.InDelta(t, 60, ahead.App.Clock.Now().Sub(dbNow).Seconds(), 5, "the instance ahead runs a minute ahead")
+	require.InDelta(t, -60, behind.App.Clock.Now().Sub(dbNow).Seconds(), 5, "the instance behind runs a minute behind")
+	// A token is checked against the verifier's clock (iat may not be in
+	// its future), so the instance behind is sent the tokens it mints.
+	mBehind := m
+	mBehind.Token = behind.Token(m.ClientID, m.ClientSecret)
 
 	// A slow charge on a: the instance a minute ahead must not take over
 	// the key a is still working on.
@@ -229,7 +242,7 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 
 	// A 202 from the instance a minute behind ends its lease now: a retry
 	// elsewhere takes the key over at once instead of a minute of 409s.
-	lost := behind.Pay(m, "lost", body("sim_timeout"))
+	lost := behind.Pay(mBehind, "lost", body("sim_timeout"))
 	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
 	retry := ahead.Pay(m, "lost", body("sim_timeout"))
 	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
@@ -238,12 +251,12 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 	// And the other way round.
 	lost2 := ahead.Pay(m, "lost-2", body("sim_timeout"))
 	require.Equal(t, http.StatusAccepted, lost2.StatusCode, string(lost2.Body))
-	retry2 := behind.Pay(m, "lost-2", body("sim_timeout"))
+	retry2 := behind.Pay(mBehind, "lost-2", body("sim_timeout"))
 	require.Equal(t, http.StatusCreated, retry2.StatusCode, string(retry2.Body))
 
 	// Staleness too: the sweeper of the instance a minute ahead does not
 	// find a just-answered key stale.
-	require.Equal(t, http.StatusAccepted, behind.Pay(m, "sweep-me", body("sim_pending")).StatusCode)
+	require.Equal(t, http.StatusAccepted, behind.Pay(mBehind, "sweep-me", body("sim_pending")).StatusCode)
 	require.Equal(t, scheduler.Counts{}, sweep(t, ahead))
 }
 
