@@ -338,8 +338,11 @@ func run(ctx context.Context, o options) (int, error) {
 			// Through the development-only setting (production refuses
 			// it): this instance's own clock is off; leases, staleness and
 			// rechecks use the database's, tokens and updated_at follow it.
+			// Unsynced (CLOCK_SYNC=false, development only), so its
+			// clock stays off and stamps what it writes: tokens are
+			// therefore minted by the first instance (tokenURL).
 			in.skew = "+" + o.skew.String()
-			env["CLOCK_SKEW"] = in.skew
+			env["CLOCK_SKEW"], env["CLOCK_SYNC"] = in.skew, "false"
 		}
 		in.proc = &rig.Process{Bin: o.gateway, Args: []string{"serve"}, Env: env, Health: in.url + "/healthz", Log: in.log}
 		if err := in.proc.Start(); err != nil {
@@ -368,11 +371,15 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	gwURL := lbURL
+	// Tokens come from the first instance, never the skewed one: a token
+	// minted by an instance 90 s ahead is issued in the others' future,
+	// and they refuse it (iat), as they should.
+	tokenURL := instances[0].url
 
 	admin := rig.Client(15 * time.Second)
 	merchants := make([]*merchant, o.merchants)
 	for i := range merchants {
-		m, err := rig.Onboard(ctx, admin, gwURL, map[string]any{
+		m, err := rig.Onboard(ctx, admin, tokenURL, map[string]any{
 			"name": fmt.Sprintf("Chaos Merchant %d", i), "default_provider": "paystack",
 			"providers": map[string]any{"paystack": map[string]string{"secret_key": providerSecret}},
 		})
@@ -438,7 +445,7 @@ func run(ctx context.Context, o options) (int, error) {
 	var done atomic.Int64
 	work := make(chan *payment)
 	var wg sync.WaitGroup
-	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: gwURL, replays: o.replays}
+	cl := &client{base: pxURL, http: rig.Client(20 * time.Second), merchants: merchants, gwURL: tokenURL, replays: o.replays}
 	// A succeeded payment's refunds run beside the other payments.
 	refundSlots := make(chan struct{}, o.clients)
 	refundAfter := func(p *payment) {
@@ -753,7 +760,7 @@ func (m *merchant) token() string { m.mu.Lock(); defer m.mu.Unlock(); return m.T
 // body, retried until the answer is final.
 type client struct {
 	base      string // the proxy
-	gwURL     string // for token refreshes, which are not under test
+	gwURL     string // for token refreshes, which are not under test: the first instance
 	http      *http.Client
 	merchants []*merchant
 	attempts  atomic.Int64
