@@ -547,3 +547,55 @@ func providerCalls(t *testing.T, g *apptest.Gateway, op string) int {
 	}
 	return n
 }
+
+// Review finding (a CI flake of TestRecheckAndARetryAtOnce): a retry whose
+// claim is already durable, and whose payment a recheck or webhook
+// re-opens between the retry's read and its conditional write, must read
+// the payment again and answer it — not answer 409 and leave the key in
+// progress, with nobody working on it, for a whole lease. The re-open is
+// held uncommitted until the retry waits on its row lock.
+func TestARetryRereadsAPaymentReopenedUnderIt(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	b := body("sim_late")
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "k", b).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at") // landed
+
+	sqlDB, err := g.App.DB().DB()
+	require.NoError(t, err)
+	ctx := context.Background()
+	tx, err := sqlDB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // committed below
+	// The row lock first (the retry's claim and read pass it; its write
+	// waits), the re-open's change once the retry is waiting.
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM payments WHERE merchant_id = $1 AND idempotency_key = 'k' FOR UPDATE`, m.ID)
+	require.NoError(t, err)
+	var xid string
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid))
+
+	done := make(chan apptest.Response, 1)
+	go func() { done <- g.Pay(m, "k", b) }()
+	require.Eventually(t, func() bool { // the retry waits on the re-open's row lock
+		var n int
+		require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1`, xid).Scan(&n))
+		return n > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	_, err = tx.ExecContext(ctx, `UPDATE payments SET status = 'succeeded', failure_code = '', failure_message = '', recheck_at = NULL
+		WHERE merchant_id = $1 AND idempotency_key = 'k'`, m.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+
+	retry := <-done
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	again := g.Pay(m, "k", b)
+	require.Equal(t, http.StatusCreated, again.StatusCode, "the key is done, not left in progress: %s", again.Body)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(retry.Body), string(again.Body))
+	require.Equal(t, 1, charges(t, g, m.ID, "k"))
+}

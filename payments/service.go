@@ -329,7 +329,8 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 	}
 	// Persist commits the claim and the ledger row together (one commit
 	// for a new key); for a taken-over key it is a new transaction.
-	err = s.keys.Persist(ctx, claim, func(tx *gorm.DB) error {
+	persist := func(tx *gorm.DB) error {
+		redrive = false
 		// A new key is the common case: insert first, and read only when
 		// the key already has its payment (a retry after a release, a
 		// takeover, or a key reused after its answer was purged).
@@ -382,12 +383,30 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		}
 		p.UpdatedAt = now
 		return s.store.Reopen(ctx, tx, &p, from, fromCode)
-	})
+	}
+	for tries := 1; ; tries++ {
+		// A claim already durable (a takeover, or a key whose payment
+		// PersistWith found existing) stays this request's whatever fn
+		// does: if the payment moved on between the read and the
+		// conditional write (a recheck or a webhook re-opened it), read
+		// it again and go on from what it is now, rather than answer 409
+		// and leave the key in progress, unattended, for a whole lease.
+		durable := !claim.Held()
+		err = s.keys.Persist(ctx, claim, persist)
+		if !errors.Is(err, ErrConflict) || !durable || tries == maxReopenTries {
+			break
+		}
+	}
 	if errors.Is(err, idempotency.ErrLostClaim) || errors.Is(err, ErrConflict) {
 		return Payment{}, false, keyInUse()
 	}
 	return p, redrive, err
 }
+
+// maxReopenTries bounds how often open re-reads a payment that keeps
+// moving on under its durable claim (each move is another settlement, and
+// there are few).
+const maxReopenTries = 3
 
 // newPayment is the ledger row of a new key's first attempt.
 func newPayment(claim idempotency.Claim, merchantID string, in input, now time.Time) Payment {
