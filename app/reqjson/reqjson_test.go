@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -144,6 +145,15 @@ func FuzzDecode(f *testing.F) {
 		if bytes.IndexByte([]byte(r.Currency), 0) >= 0 {
 			t.Fatalf("accepted a NUL")
 		}
+		// What it accepts, it reads as encoding/json does: no checker
+		// upstream can see another value than the one we act on.
+		var std request
+		if err := json.Unmarshal(data, &std); err != nil {
+			t.Fatalf("accepted a body encoding/json refuses for the type: %v", err)
+		}
+		if !reflect.DeepEqual(r, std) {
+			t.Fatalf("decoded %+v, encoding/json reads %+v, from %q", r, std, data)
+		}
 	})
 }
 
@@ -171,6 +181,9 @@ func FuzzCanonical(f *testing.F) {
 		}
 		if err := json.Unmarshal(c, &b); err != nil {
 			t.Fatalf("canonical form is not JSON: %q: %v", c, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("canonical form means something else: %q reads %#v, %q reads %#v", data, a, c, b)
 		}
 	})
 }
