@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
@@ -144,6 +145,40 @@ func refundContract(t *testing.T, g *apptest.Gateway) {
 		rid := ok.JSON(t)["id"].(string)
 		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/refunds/"+rid).StatusCode)
 		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/payments/"+id+"/refunds").StatusCode)
+	})
+
+	t.Run("SameKeyWhileOwnerHoldsLeaseIs409", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-busy", 5000)
+		b := raw(map[string]any{"amount": 100})
+		_, _, err := g.App.Keys.Claim(context.Background(), idempotency.ClaimParams{
+			MerchantID: m.ID, Key: "r-busy", Lease: time.Hour,
+			RequestHash: idempotency.Fingerprint("POST", "/v1/payments/"+id+"/refunds", b),
+		})
+		require.NoError(t, err)
+		r := refundOf(g, m, id, "r-busy", map[string]any{"amount": 100})
+		require.Equal(t, http.StatusConflict, r.StatusCode, string(r.Body))
+		require.Equal(t, "idempotency_key_in_use", r.Code(t))
+		require.Equal(t, "1", r.Header.Get("Retry-After"))
+		require.Equal(t, 0, simRefunds(t, g, m.ID, "r-busy"))
+		require.Equal(t, float64(0), amountRefunded(t, g, m, id))
+	})
+
+	t.Run("LapsedLeaseIsTakenOver", func(t *testing.T) {
+		t.Parallel()
+		id := paid(t, g, m, "p-lapsed", 5000)
+		b := raw(map[string]any{"amount": 100})
+		_, _, err := g.App.Keys.Claim(context.Background(), idempotency.ClaimParams{
+			MerchantID: m.ID, Key: "r-lapsed", Lease: -time.Second,
+			RequestHash: idempotency.Fingerprint("POST", "/v1/payments/"+id+"/refunds", b),
+		})
+		require.NoError(t, err)
+		r := refundOf(g, m, id, "r-lapsed", map[string]any{"amount": 100})
+		require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+		require.Equal(t, "succeeded", r.JSON(t)["status"])
+		require.Equal(t, 1, simRefunds(t, g, m.ID, "r-lapsed"))
+		requireReplay(t, r, refundOf(g, m, id, "r-lapsed", map[string]any{"amount": 100}))
+		require.Equal(t, float64(100), amountRefunded(t, g, m, id))
 	})
 
 	t.Run("ProviderDownIs503AndReleasesTheKey", func(t *testing.T) {
