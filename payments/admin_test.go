@@ -79,6 +79,31 @@ func TestOperatorDesk(t *testing.T) {
 		require.NotEmpty(t, page["next_cursor"])
 		next := adminDo(g, "GET", "/admin/v1/payments?limit=1&cursor="+page["next_cursor"].(string), nil)
 		require.Equal(t, http.StatusOK, next.StatusCode)
+		// email, provider and created_to, each both ways.
+		eb := body("sim_success")
+		eb["email"] = "grace@example.org"
+		byEmail := g.Pay(b, "s-email", eb)
+		require.Equal(t, http.StatusCreated, byEmail.StatusCode)
+		ide := byEmail.JSON(t)["id"].(string)
+		idsOf := func(q string) map[string]bool {
+			r := adminDo(g, "GET", "/admin/v1/payments?limit=100&"+q, nil)
+			require.Equal(t, http.StatusOK, r.StatusCode, "%s: %s", q, r.Body)
+			out := map[string]bool{}
+			for _, p := range r.JSON(t)["data"].([]any) {
+				out[p.(map[string]any)["id"].(string)] = true
+			}
+			return out
+		}
+		require.Equal(t, map[string]bool{ide: true}, idsOf("email=grace%40example.org"))
+		require.Empty(t, idsOf("email=nobody%40example.org"))
+		sim := idsOf("provider=simulator")
+		require.True(t, sim[ida] && sim[idb] && sim[ide])
+		require.Empty(t, idsOf("provider=paystack"))
+		past := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+		before := idsOf("created_to=" + past) // (other subtests age their payments)
+		require.False(t, before[ida] || before[idb] || before[ide])
+		upTo := idsOf("created_to=" + future)
+		require.True(t, upTo[ida] && upTo[idb] && upTo[ide])
 		for _, q := range []string{"status=bogus", "created_from=yesterday", "limit=0", "cursor=%00", "tenant_id=%00", "email=%00"} {
 			r := adminDo(g, "GET", "/admin/v1/payments?"+q, nil)
 			require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
