@@ -176,6 +176,18 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 		require.Less(t, r.StatusCode, 300, string(r.Body))
 	}
 	mutate("POST", "/v1/events/"+evID+"/redeliver", "hp-redeliver", "")
+	// The redelivery's attempt is logged while statements are captured
+	// (earlier ones may have run in a quiet stretch).
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, st := range captured {
+			if strings.HasPrefix(st.sql, "INSERT INTO webhook_deliveries") {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond)
 	mutate("PATCH", "/v1/webhook_endpoints/"+ep, "hp-patch", `{"description":"hot path"}`)
 	mutate("POST", "/v1/webhook_endpoints/"+ep+"/rotate_secret", "hp-rotate", "")
 
