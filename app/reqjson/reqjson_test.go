@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"strings"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
