@@ -152,13 +152,16 @@ func waitDelivered(ctx context.Context, conn *pgx.Conn, d time.Duration) (left i
 
 // hookReport is what the events audit found.
 type hookReport struct {
-	events, delivered, finalPayments, exhausted int
+	events, delivered, finalPayments, finalRefunds, exhausted int
 	violations                                  []string
 }
 
 // auditEvents checks the events against the ledger and the receiver:
 // every final payment has exactly one event of its final type for its
-// last attempt, and that event is its newest; every event was delivered
+// last attempt, and that event is its newest; no payment that ended
+// failed has a payment.succeeded event, and none follows one; every final
+// refund has exactly one event of its final type, none of the other, and
+// it is the newest; every event was delivered
 // (accepted by the receiver, signature verified) at least once; and the
 // receiver accepted nothing that is not an event of the ledger, byte for
 // byte, whose object's state is the event's.
@@ -224,8 +227,59 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 				fail("payment %s is %s/%s but its newest event is %s of %s", id, status, code, evs[len(evs)-1].typ, got)
 			}
 		}
+		// None invented: succeeded is the end, so a payment that ended
+		// failed never had a payment.succeeded event, and nothing follows
+		// one.
+		for i, e := range evs {
+			if e.typ != "payment.succeeded" {
+				continue
+			}
+			if status != "succeeded" {
+				fail("payment %s ended %s/%s but has a payment.succeeded event %s", id, status, code, e.id)
+			}
+			if i != len(evs)-1 {
+				fail("payment %s has events after its payment.succeeded (%s)", id, evs[len(evs)-1].typ)
+			}
+		}
 	}
 	if err := prows.Err(); err != nil {
+		return r, err
+	}
+
+	// Refunds: each final one has exactly one event of its final type and
+	// none of the other (both ends are for good), and it is the newest.
+	rrows, err := conn.Query(ctx, `SELECT id, status FROM refunds`)
+	if err != nil {
+		return r, err
+	}
+	for rrows.Next() {
+		var id, status string
+		if err := rrows.Scan(&id, &status); err != nil {
+			return r, err
+		}
+		if status != "succeeded" && status != "failed" {
+			continue // the refunds audit reports it
+		}
+		r.finalRefunds++
+		final := "refund." + status
+		evs := byObject[id]
+		n := 0
+		for _, e := range evs {
+			switch e.typ {
+			case final:
+				n++
+			case "refund.succeeded", "refund.failed":
+				fail("refund %s ended %s but has a %s event %s", id, status, e.typ, e.id)
+			}
+		}
+		if n != 1 {
+			fail("refund %s (%s) has %d events of its final transition", id, status, n)
+		}
+		if len(evs) > 0 && evs[len(evs)-1].typ != final {
+			fail("refund %s is %s but its newest event is %s", id, status, evs[len(evs)-1].typ)
+		}
+	}
+	if err := rrows.Err(); err != nil {
 		return r, err
 	}
 
@@ -282,7 +336,7 @@ func objectState(body []byte) string {
 }
 
 func (r hookReport) print(h *hooks) {
-	fmt.Printf("| webhooks | %d events for %d final payments; %d delivered (each at least once, signatures verified); receiver: %d requests, %d failed, %d dropped, %d delayed, %d duplicates (deduped by webhook-id), %d forged; %d deliveries exhausted their retries |\n",
-		r.events, r.finalPayments, r.delivered, h.requests.Load(), h.failed.Load(), h.dropped.Load(), h.delayed.Load(),
+	fmt.Printf("| webhooks | %d events for %d final payments and %d final refunds; %d delivered (each at least once, signatures verified); receiver: %d requests, %d failed, %d dropped, %d delayed, %d duplicates (deduped by webhook-id), %d forged; %d deliveries exhausted their retries |\n",
+		r.events, r.finalPayments, r.finalRefunds, r.delivered, h.requests.Load(), h.failed.Load(), h.dropped.Load(), h.delayed.Load(),
 		h.duplicates.Load(), h.forged.Load(), r.exhausted)
 }
