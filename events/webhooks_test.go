@@ -11,9 +11,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,4 +380,126 @@ func TestASlowEndpointDoesNotStarveTheOthers(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, 4, inFlight, "still hanging: the other merchant did not wait for them")
 	require.LessOrEqual(t, most, 4, "at most 4 deliveries to one endpoint at once on an instance")
+}
+
+// TestTheEventsAPIPagesAndFilters: GET /v1/events pages newest first
+// through every event of the last 30 days (cursor), filters by type and
+// created_from, hides older events and other merchants'; a payment the
+// sweeper flags for review is a payment.requires_review event.
+func TestTheEventsAPIPagesAndFilters(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *apptest.Gateway) {
+		m := g.Onboard(nil)
+		other := g.Onboard(nil)
+		require.Equal(t, http.StatusCreated, g.Pay(m, "e-1", pay("sim_success", 5000)).StatusCode)
+		require.Equal(t, http.StatusPaymentRequired, g.Pay(m, "e-2", pay("sim_decline", 5000)).StatusCode)
+		require.Equal(t, http.StatusCreated, g.Pay(m, "e-3", pay("sim_success", 6000)).StatusCode)
+		stuck := g.Pay(m, "e-4", pay("sim_pending", 7000))
+		require.Equal(t, http.StatusAccepted, stuck.StatusCode)
+		require.Equal(t, http.StatusCreated, g.Pay(other, "e-1", pay("sim_success", 5000)).StatusCode)
+		// Past REVIEW_AFTER, the sweeper flags the pending one.
+		dbtest.Age(t, g.App.DB(), 48*time.Hour, "payments", "created_at")
+		ageAndSweep(t, g)
+		require.Equal(t, "requires_review", g.Get(m, "/v1/payments/"+stuck.JSON(t)["id"].(string)).JSON(t)["status"])
+
+		type event struct {
+			ID        string    `json:"id"`
+			Type      string    `json:"type"`
+			CreatedAt time.Time `json:"created_at"`
+		}
+		type page struct {
+			Data       []event `json:"data"`
+			HasMore    bool    `json:"has_more"`
+			NextCursor string  `json:"next_cursor"`
+		}
+		get := func(q string) page {
+			r := g.Get(m, "/v1/events"+q)
+			require.Equal(t, http.StatusOK, r.StatusCode, "%s: %s", q, r.Body)
+			var p page
+			require.NoError(t, json.Unmarshal(r.Body, &p))
+			return p
+		}
+		all := get("?limit=100")
+		require.False(t, all.HasMore)
+		types := map[string]int{}
+		for i, e := range all.Data {
+			types[e.Type]++
+			if i > 0 {
+				prev := all.Data[i-1]
+				require.True(t, !e.CreatedAt.After(prev.CreatedAt), "newest first")
+			}
+		}
+		require.Equal(t, map[string]int{"payment.succeeded": 2, "payment.failed": 1, "payment.processing": 1,
+			"payment.requires_review": 1}, types, "one event per transition, the merchant's own")
+
+		// Page by page, one at a time: the same events in the same order.
+		var paged []event
+		for q := "?limit=1"; ; {
+			p := get(q)
+			require.LessOrEqual(t, len(p.Data), 1)
+			paged = append(paged, p.Data...)
+			if !p.HasMore {
+				break
+			}
+			require.NotEmpty(t, p.NextCursor)
+			q = "?limit=1&cursor=" + url.QueryEscape(p.NextCursor)
+		}
+		require.Equal(t, all.Data, paged)
+
+		require.Len(t, get("?type=payment.succeeded").Data, 2)
+		require.Len(t, get("?type=payment.requires_review").Data, 1)
+		require.Empty(t, get("?created_from="+url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))).Data)
+		require.Len(t, get("?created_from="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))).Data, len(all.Data))
+		for _, bad := range []string{"?type=payment.bogus", "?created_from=yesterday", "?limit=0", "?cursor=%00"} {
+			r := g.Get(m, "/v1/events"+bad)
+			require.Equal(t, http.StatusBadRequest, r.StatusCode, bad)
+		}
+
+		// Older than 30 days: no longer listed.
+		require.NoError(t, g.App.DB().Exec("UPDATE events SET created_at = ? WHERE merchant_id = ? AND id = ?",
+			time.Now().Add(-31*24*time.Hour).UTC(), m.ID, all.Data[0].ID).Error)
+		after := get("?limit=100")
+		require.Len(t, after.Data, len(all.Data)-1)
+		for _, e := range after.Data {
+			require.NotEqual(t, all.Data[0].ID, e.ID)
+		}
+		require.Equal(t, http.StatusNotFound, g.Get(other, "/v1/events/"+all.Data[1].ID).StatusCode)
+	})
+}
+
+// TestAReceiversAnswerIsReadOnlyUpTo64KiB: a receiver that answers 2xx
+// with an endless body gets its delivery counted, and the gateway stops
+// reading after 64 KiB (the receiver manages to write at most its socket
+// buffers' worth more), instead of reading until the attempt's timeout.
+func TestAReceiversAnswerIsReadOnlyUpTo64KiB(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	var written atomic.Int64
+	done := make(chan struct{}, 1)
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }()
+		w.WriteHeader(http.StatusOK)
+		chunk := make([]byte, 32<<10)
+		for written.Load() < 1<<30 { // 1 GiB, well past any timeout's worth
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(endless.Close)
+	id, _ := endpoint(t, g, m, endless.URL, "payment.succeeded")
+	require.Equal(t, http.StatusCreated, g.Pay(m, "big-answer", pay("sim_success", 5000)).StatusCode)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the receiver was never called, or never stopped writing")
+	}
+	require.Less(t, written.Load(), int64(32<<20), "the gateway read the answer unbounded")
+	waitFor(t, "the delivery logged", func() bool {
+		data, _ := g.Get(m, "/v1/webhook_endpoints/"+id+"/deliveries").JSON(t)["data"].([]any)
+		return len(data) == 1 && data[0].(map[string]any)["outcome"] == "delivered"
+	})
 }
