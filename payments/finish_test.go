@@ -31,9 +31,15 @@ func TestFinish(t *testing.T) {
 		wantStatus int    // HTTP status of the answer; 409 means the claim was lost
 		wantLedger Status // the payment's state afterwards
 		wantTxn    string
+		// wantEvent is the event finish wrote with its transition, if any:
+		// none when the transition was not finish's (a rolled-back or
+		// unapplied completion emits nothing).
+		wantEvent string
 	}{
-		{name: "OpenSucceeds", result: succeeded, wantStatus: http.StatusCreated, wantLedger: StatusSucceeded, wantTxn: "txn_1"},
-		{name: "OpenDeclines", result: declined, wantStatus: http.StatusPaymentRequired, wantLedger: StatusFailed},
+		{name: "OpenSucceeds", result: succeeded, wantStatus: http.StatusCreated, wantLedger: StatusSucceeded, wantTxn: "txn_1",
+			wantEvent: "payment.succeeded"},
+		{name: "OpenDeclines", result: declined, wantStatus: http.StatusPaymentRequired, wantLedger: StatusFailed,
+			wantEvent: "payment.failed"},
 		{
 			name: "SettledFirstAnswersTheLedger",
 			before: func(t *testing.T, s *Service, _ idempotency.Claim, p *Payment) {
@@ -72,6 +78,13 @@ func TestFinish(t *testing.T) {
 				}
 
 				answer, err := s.finish(ctx, c, &p, tc.result)
+				var emitted []string
+				require.NoError(t, db.Table("events").Order("created_at").Pluck("type", &emitted).Error)
+				if tc.wantEvent == "" {
+					require.Empty(t, emitted)
+				} else {
+					require.Equal(t, []string{tc.wantEvent}, emitted)
+				}
 				ledger, gerr := s.store.Get(ctx, "ten_1", p.ID)
 				require.NoError(t, gerr)
 				require.Equal(t, tc.wantLedger, ledger.Status)
