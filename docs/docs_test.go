@@ -370,8 +370,52 @@ func TestResponsesMatchSpec(t *testing.T) {
 	r = c.do("POST", "/v1/auth/token", []byte(post), true, append(formCT, "Authorization", basic)...)
 	require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s", r.Body)
 
+	// Refunds: 201, its replay, 400 past what is left, 409 on a declined
+	// payment, reads and the payment's list.
+	rkey := uuid.NewString()
+	r = c.do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":1000,"reason":"requested_by_customer"}`), true,
+		append(auth, "Idempotency-Key", rkey)...)
+	require.Equal(t, http.StatusCreated, r.StatusCode, "%s", r.Body)
+	rid := r.JSON(t)["id"].(string)
+	r = c.do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":1000,"reason":"requested_by_customer"}`), true,
+		append(auth, "Idempotency-Key", rkey)...)
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	r = c.do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":999999}`), true, append(auth, "Idempotency-Key", uuid.NewString())...)
+	require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s", r.Body)
+	require.Equal(t, "refund_exceeds_remaining", r.Code(t))
+	declined := pay(uuid.NewString(), payment("sim_decline"), false).JSON(t)["payment"].(map[string]any)["id"].(string)
+	r = c.do("POST", "/v1/payments/"+declined+"/refunds", []byte(`{}`), true, append(auth, "Idempotency-Key", uuid.NewString())...)
+	require.Equal(t, http.StatusConflict, r.StatusCode, "%s", r.Body)
+	require.Equal(t, "payment_not_refundable", r.Code(t))
+	r = c.do("GET", "/v1/refunds/"+rid, nil, true, auth...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	r = c.do("GET", "/v1/payments/"+id+"/refunds", nil, true, auth...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+
+	// Events: payment and refund objects in data.object (one of the two).
+	r = c.do("GET", "/v1/events?limit=100", nil, true, auth...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	types := map[string]bool{}
+	for _, e := range r.JSON(t)["data"].([]any) {
+		types[e.(map[string]any)["type"].(string)] = true
+	}
+	require.True(t, types["payment.succeeded"] && types["refund.succeeded"], "%v", types)
+	_, err = c.validate("GET", "/v1/events", nil, false, auth, http.StatusOK, r.Header,
+		[]byte(`{"data":[{"id":"evt_1","object":"event","type":"payment.succeeded","created_at":"2026-12-05T00:00:00Z","data":{"object":{"id":"x"}}}],"has_more":false}`))
+	require.Error(t, err, "data.object must be a payment or a refund")
+
 	// Admin and health.
 	admin := []string{"Authorization", "Bearer " + apptest.AdminKey}
+	r = c.do("GET", "/admin/v1/payments?limit=5", nil, true, admin...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	r = c.do("GET", "/admin/v1/payments/"+id, nil, true, admin...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	r = c.do("POST", "/admin/v1/payments/"+id+"/resolve", []byte(`{"status":"failed","note":"spec check"}`), true, admin...)
+	require.Equal(t, http.StatusConflict, r.StatusCode, "%s", r.Body)
+	r = c.do("GET", "/admin/v1/refunds", nil, true, admin...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
+	r = c.do("GET", "/admin/v1/audit-events?limit=5", nil, true, admin...)
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", r.Body)
 	r = c.do("POST", "/admin/v1/tenants", []byte(`{"name":"Spec Stores","default_provider":"simulator"}`), true, admin...)
 	require.Equal(t, http.StatusCreated, r.StatusCode, "%s", r.Body)
 	tid := r.JSON(t)["id"].(string)
@@ -396,6 +440,8 @@ func TestResponsesMatchSpec(t *testing.T) {
 		"POST /v1/payments 201", "POST /v1/payments 202", "POST /v1/payments 400", "POST /v1/payments 401",
 		"POST /v1/payments 402", "POST /v1/payments 409", "POST /v1/payments 422", "POST /v1/payments 503",
 		"POST /v1/auth/token 200", "POST /v1/auth/token 400", "POST /v1/auth/token 401",
+		"POST /v1/payments/{id}/refunds 201", "POST /v1/payments/{id}/refunds 400", "POST /v1/payments/{id}/refunds 409",
+		"GET /v1/events 200", "GET /admin/v1/payments/{id} 200", "POST /admin/v1/payments/{id}/resolve 409",
 	} {
 		require.True(t, c.seen[want], "not exercised: %s", want)
 	}

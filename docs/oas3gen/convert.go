@@ -84,6 +84,7 @@ func Convert(swagger2 []byte) ([]byte, error) {
 		Required: true,
 		Schema:   openapi3.NewStringSchema().WithMinLength(1).WithMaxLength(128).NewRef(),
 	}}}
+	eventObject(doc)
 	tags := map[string]bool{}
 	for _, t := range doc.Tags {
 		tags[t.Name] = true
@@ -343,4 +344,25 @@ func dropExtensions(s *openapi3.SchemaRef, names ...string) {
 	for _, p := range s.Value.Properties {
 		dropExtensions(p, names...)
 	}
+}
+
+// eventObject types an event's data.object as what it is, a Payment or a
+// Refund (one of; the event's type says which), which Swagger 2.0 cannot
+// say, and describes how an event is delivered.
+func eventObject(doc *openapi3.T) {
+	ev, payment, refund := doc.Components.Schemas["Event"], doc.Components.Schemas["Payment"], doc.Components.Schemas["Refund"]
+	if ev == nil || ev.Value == nil || payment == nil || refund == nil {
+		return
+	}
+	object := &openapi3.Schema{OneOf: openapi3.SchemaRefs{
+		openapi3.NewSchemaRef("#/components/schemas/Payment", payment.Value),
+		openapi3.NewSchemaRef("#/components/schemas/Refund", refund.Value),
+	}, Description: "The payment (payment.* events) or the refund (refund.* events) as GET returns it, at the transition."}
+	data := openapi3.NewObjectSchema().WithPropertyRef("object", object.NewRef())
+	data.Required = []string{"object"}
+	ev.Value.Properties["data"] = data.NewRef()
+	ev.Value.Description = "One state transition of a payment or refund. Delivered (Standard Webhooks) as the POST body to " +
+		"every endpoint that takes its type, with the headers webhook-id (the event's id, the same on every attempt), " +
+		"webhook-timestamp (unix seconds) and webhook-signature (space-separated \"v1,<base64 HMAC-SHA256 of " +
+		"id.timestamp.body>\", one per live secret)."
 }

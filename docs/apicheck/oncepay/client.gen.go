@@ -828,12 +828,13 @@ type DeclinedProblem struct {
 	Type string `json:"type"`
 }
 
-// Event defines model for Event.
+// Event One state transition of a payment or refund. Delivered (Standard Webhooks) as the POST body to every endpoint that takes its type, with the headers webhook-id (the event's id, the same on every attempt), webhook-timestamp (unix seconds) and webhook-signature (space-separated "v1,<base64 HMAC-SHA256 of id.timestamp.body>", one per live secret).
 type Event struct {
 	CreatedAt time.Time `json:"created_at"`
-
-	// Data Data.object is the payment or refund as GET returns it, at the transition.
-	Data map[string]interface{} `json:"data"`
+	Data      struct {
+		// Object The payment (payment.* events) or the refund (refund.* events) as GET returns it, at the transition.
+		Object Event_Data_Object `json:"object"`
+	} `json:"data"`
 
 	// Id Example: evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0
 	Id string `json:"id"`
@@ -843,6 +844,11 @@ type Event struct {
 
 	// Type Example: payment.succeeded
 	Type EventType `json:"type"`
+}
+
+// Event_Data_Object The payment (payment.* events) or the refund (refund.* events) as GET returns it, at the transition.
+type Event_Data_Object struct {
+	union json.RawMessage
 }
 
 // EventType Example: payment.succeeded
@@ -1535,6 +1541,68 @@ type CreateWebhookEndpointJSONRequestBody = WebhookEndpointRequest
 
 // UpdateWebhookEndpointJSONRequestBody defines body for UpdateWebhookEndpoint for application/json ContentType.
 type UpdateWebhookEndpointJSONRequestBody = WebhookEndpointRequest
+
+// AsPayment returns the union data inside the Event_Data_Object as a Payment
+func (t Event_Data_Object) AsPayment() (Payment, error) {
+	var body Payment
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromPayment overwrites any union data inside the Event_Data_Object as the provided Payment
+func (t *Event_Data_Object) FromPayment(v Payment) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergePayment performs a merge with any union data inside the Event_Data_Object, using the provided Payment
+func (t *Event_Data_Object) MergePayment(v Payment) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsRefund returns the union data inside the Event_Data_Object as a Refund
+func (t Event_Data_Object) AsRefund() (Refund, error) {
+	var body Refund
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRefund overwrites any union data inside the Event_Data_Object as the provided Refund
+func (t *Event_Data_Object) FromRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRefund performs a merge with any union data inside the Event_Data_Object, using the provided Refund
+func (t *Event_Data_Object) MergeRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Event_Data_Object) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Event_Data_Object) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
