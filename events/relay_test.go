@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -60,4 +62,24 @@ VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), n
 		require.NoError(t, db.Table("river_job").Where("queue = ?", queue).Count(&jobs).Error)
 		require.Equal(t, int64(busy), jobs, "one delivery job per event to m1's endpoint, none for m2 (no endpoint)")
 	})
+}
+
+// The retry schedule, step by step, each delay jittered by ±10% (so a
+// receiver coming back is not met by every retry at once); past the
+// schedule's end, its last step.
+func TestNextRetryFollowsTheScheduleWithJitter(t *testing.T) {
+	t.Parallel()
+	sch := []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute}
+	w := &deliveryWorker{s: &Service{cfg: Config{Schedule: sch}}}
+	for attempt, want := range map[int]time.Duration{1: sch[0], 2: sch[1], 3: sch[2], 9: sch[2]} {
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			before := time.Now()
+			d := w.NextRetry(&river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{Attempt: attempt}}).Sub(before)
+			require.GreaterOrEqual(t, d, want*9/10-time.Millisecond, "attempt %d", attempt)
+			require.LessOrEqual(t, d, want*11/10+time.Millisecond, "attempt %d", attempt)
+			seen[d.Round(want/1000)] = true
+		}
+		require.Greater(t, len(seen), 10, "attempt %d: the delays are jittered", attempt)
+	}
 }
