@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -169,3 +171,48 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestSharedFallsBackWhenRedisHangs: a Redis that takes the connection
+// and never answers (a hung server, a black-holed network) is the same as
+// one that refuses it: one call waits out CallTimeout, the local limiter
+// decides that request and every other until RetryEvery, and no request
+// is refused because of it.
+func TestSharedFallsBackWhenRedisHangs(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	var held sync.WaitGroup
+	t.Cleanup(held.Wait)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held.Go(func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }) // read everything, answer nothing
+		}
+	}()
+	ctx := context.Background()
+	var logs syncBuffer
+	var mu sync.Mutex
+	decisions := map[string]int{}
+	s := newShared(t, "redis://"+ln.Addr().String()+"/0", prefix(t), 1, 3, func(c *SharedConfig) {
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		c.RetryEvery = time.Hour
+		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+	})
+	t.Cleanup(func() { _ = s.Close() })
+	admitted := 0
+	for range 50 {
+		if ok, _ := s.Take(ctx, "ten_1"); ok {
+			admitted++
+		}
+	}
+	require.Equal(t, 3, admitted, "the local bucket: burst 3")
+	require.True(t, s.Down())
+	mu.Lock()
+	require.Equal(t, 50, decisions[BackendMemory])
+	mu.Unlock()
+	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
+}
