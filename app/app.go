@@ -361,6 +361,9 @@ func (a *App) routes() {
 		// writes its first rows before any provider call, through Persist:
 		// a new payment's claim and ledger row are one statement.
 		Hold: true,
+		// A retry of a finished request is answered from memory when this
+		// instance has read its answer before (REPLAY_CACHE_SIZE/_TTL).
+		Replays: idempotency.NewReplays(a.cfg.Payments.ReplayCache, a.cfg.Payments.ReplayTTL, a.cfg.Schedule.KeyTTL),
 	}
 	if a.Metrics != nil {
 		idemCfg.Observe = a.Metrics.ObserveIdempotency

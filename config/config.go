@@ -142,6 +142,12 @@ type Provider struct {
 // Payments tunes the idempotency lease.
 type Payments struct {
 	Lease time.Duration // IDEMPOTENCY_LEASE: must exceed PROVIDER_TIMEOUT
+	// ReplayCache answers of done keys are kept in each instance's memory
+	// (REPLAY_CACHE_SIZE, 0 = none), each for at most ReplayTTL
+	// (REPLAY_CACHE_TTL), so a retry of a finished request is answered
+	// without a database round trip (idempotency.Replays).
+	ReplayCache int
+	ReplayTTL   time.Duration
 }
 
 // Schedule tunes the background jobs.
@@ -251,7 +257,11 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			Timeout:            r.dur("PROVIDER_TIMEOUT", 20*time.Second),
 			SimulatorLatency:   r.durZero("SIMULATOR_LATENCY", 0),
 		},
-		Payments: Payments{Lease: r.dur("IDEMPOTENCY_LEASE", 30*time.Second)},
+		Payments: Payments{
+			Lease:       r.dur("IDEMPOTENCY_LEASE", 30*time.Second),
+			ReplayCache: r.int("REPLAY_CACHE_SIZE", 10000, 0, 10000000),
+			ReplayTTL:   r.dur("REPLAY_CACHE_TTL", time.Minute),
+		},
 		Schedule: Schedule{
 			SweepInterval:     r.dur("SWEEP_INTERVAL", 2*time.Minute),
 			SweepStaleAfter:   r.dur("SWEEP_STALE_AFTER", 5*time.Minute),

@@ -74,6 +74,9 @@ type Config struct {
 	// before the handler runs, and the handler owns the key from its
 	// first line.
 	Hold bool
+	// Replays, if set, answers retries of done keys this instance has
+	// read before from memory (see Replays).
+	Replays *Replays
 }
 
 // gate admits at most n requests at once, in the order they came (a
@@ -168,6 +171,16 @@ func Middleware(cfg Config) fiber.Handler {
 		route := normalPath(c.Path())
 		hash := Fingerprint(c.Method(), route, c.Body())
 		ctx := c.UserContext()
+		if hit, ok := cfg.Replays.get(merchantID, key); ok {
+			// A done key read before: its answer cannot have changed.
+			if !SameRequest(hit.requestHash, hash, c.Method(), route, c.Body()) {
+				observe(OutcomeMismatch)
+				return Mismatch(c)
+			}
+			observe(OutcomeReplayed)
+			c.Set(HeaderReplayed, "true")
+			return hit.response.Write(c)
+		}
 		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
 		// Past the door until the claim is durable (or there is none):
@@ -212,6 +225,7 @@ func Middleware(cfg Config) fiber.Handler {
 			return Mismatch(c)
 		}
 		if rec.Status == StatusDone {
+			cfg.Replays.add(rec)
 			observe(OutcomeReplayed)
 			c.Set(HeaderReplayed, "true")
 			return rec.Response().Write(c)

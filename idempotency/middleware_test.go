@@ -44,7 +44,7 @@ type harness struct {
 	client   *http.Client
 }
 
-func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool) *harness {
+func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool, opts ...func(*idempotency.Config)) *harness {
 	t.Helper()
 	h := &harness{db: db, store: s, hold: hold}
 	h.app = fiber.New(fiber.Config{
@@ -61,7 +61,7 @@ func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool) *har
 			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
 		},
 	})
-	mw := idempotency.Middleware(idempotency.Config{
+	cfg := idempotency.Config{
 		Store: s,
 		Lease: lease,
 		Hold:  hold,
@@ -71,7 +71,11 @@ func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool) *har
 			defer h.mu.Unlock()
 			h.outcomes = append(h.outcomes, o)
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	mw := idempotency.Middleware(cfg)
 	v1 := h.app.Group("/v1", mw)
 	v1.Post("/things", h.handle)
 	v1.Put("/things", h.handle)

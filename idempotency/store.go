@@ -75,6 +75,11 @@ type Record struct {
 	// Lapsed is whether the lease had ended when the row was read, by the
 	// database's clock (Get computes it; it is not a column).
 	Lapsed bool `gorm:"column:lapsed;->"`
+	// DoneAge is how many seconds ago the key was completed, by the
+	// database's clock, when Get read it (nil while in progress).
+	DoneAge *float64 `gorm:"column:done_age;->"`
+	// Sealed says Get opened a sealed answer (one that shows a secret).
+	Sealed bool `gorm:"-"`
 }
 
 // TableName is the table the migrations create.
@@ -617,7 +622,7 @@ func (s *Store) SetResource(ctx context.Context, tx *gorm.DB, c Claim, resourceI
 func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error) {
 	var rec Record
 	db := s.exec(ctx, nil)
-	err := db.Select("*, (locked_until < ?) AS lapsed", dbclock.Now(db)).
+	err := db.Select("*, (locked_until < ?) AS lapsed, ? AS done_age", dbclock.Now(db), dbclock.SecondsSince(db, "completed_at")).
 		Where("merchant_id = ? AND key = ?", merchantID, key).Take(&rec).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return nil, ErrNotFound
@@ -632,6 +637,7 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 		if rec.Body, err = s.box.Open(sealAAD(merchantID, key), rec.Body[len(sealedPrefix):]); err != nil {
 			return nil, fmt.Errorf("idempotency: get: %w", err)
 		}
+		rec.Sealed = true
 	}
 	return &rec, nil
 }

@@ -160,8 +160,8 @@ type hookReport struct {
 // every final payment has exactly one event of its final type for its
 // last attempt, and that event is its newest; no payment that ended
 // failed has a payment.succeeded event, and none follows one; every final
-// refund has exactly one event of its final type, none of the other, and
-// it is the newest; every event was delivered
+// refund likewise (a refund.failed before a success only as
+// provider_unavailable); every event was delivered
 // (accepted by the receiver, signature verified) at least once; and the
 // receiver accepted nothing that is not an event of the ledger, byte for
 // byte, whose object's state is the event's.
@@ -246,15 +246,20 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 		return r, err
 	}
 
-	// Refunds: each final one has exactly one event of its final type and
-	// none of the other (both ends are for good), and it is the newest.
-	rrows, err := conn.Query(ctx, `SELECT id, status FROM refunds`)
+	// Refunds: each final one has exactly one event of its final
+	// transition (its last attempt and code, as for payments), and it is
+	// the newest; succeeded is the end, so a refund that ended failed
+	// never had a refund.succeeded event, and one that ended succeeded
+	// failed before only as provider_unavailable (nothing refunded, its
+	// key released for a retry).
+	rrows, err := conn.Query(ctx, `SELECT id, status, attempts, failure_code FROM refunds`)
 	if err != nil {
 		return r, err
 	}
 	for rrows.Next() {
-		var id, status string
-		if err := rrows.Scan(&id, &status); err != nil {
+		var id, status, code string
+		var attempts int
+		if err := rrows.Scan(&id, &status, &attempts, &code); err != nil {
 			return r, err
 		}
 		if status != "succeeded" && status != "failed" {
@@ -262,18 +267,25 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 		}
 		r.finalRefunds++
 		final := "refund." + status
+		want := fmt.Sprintf("%s:%s:%d", id, final, attempts)
+		if code != "" {
+			want += ":" + code
+		}
 		evs := byObject[id]
 		n := 0
 		for _, e := range evs {
-			switch e.typ {
-			case final:
+			if e.dedupe == want {
 				n++
-			case "refund.succeeded", "refund.failed":
-				fail("refund %s ended %s but has a %s event %s", id, status, e.typ, e.id)
+			}
+			switch {
+			case e.typ == "refund.succeeded" && status != "succeeded":
+				fail("refund %s ended %s/%s but has a refund.succeeded event %s", id, status, code, e.id)
+			case e.typ == "refund.failed" && status == "succeeded" && objectState(e.payload) != "failed/provider_unavailable":
+				fail("refund %s ended succeeded but has a refund.failed event %s of %s", id, e.id, objectState(e.payload))
 			}
 		}
 		if n != 1 {
-			fail("refund %s (%s) has %d events of its final transition", id, status, n)
+			fail("refund %s (%s %s, attempt %d) has %d events of its final transition", id, status, code, attempts, n)
 		}
 		if len(evs) > 0 && evs[len(evs)-1].typ != final {
 			fail("refund %s is %s but its newest event is %s", id, status, evs[len(evs)-1].typ)
