@@ -365,6 +365,10 @@ func (a *App) routes() {
 		// instance has read its answer before (REPLAY_CACHE_SIZE/_TTL).
 		Replays: idempotency.NewReplays(a.cfg.Payments.ReplayCache, a.cfg.Payments.ReplayTTL, a.cfg.Schedule.KeyTTL),
 	}
+	if a.cfg.Payments.ReplayCache > 0 && idemCfg.Replays == nil {
+		a.log.Warn("replays are not kept in memory: KEY_TTL leaves no room for REPLAY_CACHE_TTL and a 10-minute margin",
+			"key_ttl", a.cfg.Schedule.KeyTTL, "replay_cache_ttl", a.cfg.Payments.ReplayTTL)
+	}
 	if a.Metrics != nil {
 		idemCfg.Observe = a.Metrics.ObserveIdempotency
 	}

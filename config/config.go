@@ -338,6 +338,9 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if c.ClockSkew != 0 && c.Production() {
 		r.fail("CLOCK_SKEW", "is a test setting; production refuses it")
 	}
+	if c.Payments.ReplayCache > 0 && c.Payments.ReplayTTL < time.Second {
+		r.fail("REPLAY_CACHE_TTL", "must be at least 1s (REPLAY_CACHE_SIZE=0 turns the cache off)")
+	}
 	if !c.ClockSync && c.Production() {
 		r.fail("CLOCK_SYNC", "is a test setting; production refuses false")
 	}

@@ -118,6 +118,7 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"LongRetry", map[string]string{"WEBHOOK_RETRY_SCHEDULE": strings.Repeat("1s,", 20) + "1s"}, "at most 20"},
 		{"SkewInProduction", map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
 			"JWT_SECRET": jwt32, "MASTER_KEY": master, "CLOCK_SKEW": "90s"}, "CLOCK_SKEW is a test setting; production refuses it"},
+		{"ShortReplayTTL", map[string]string{"REPLAY_CACHE_TTL": "50ns"}, "REPLAY_CACHE_TTL must be at least 1s"},
 		{"NoSyncInProduction", map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
 			"JWT_SECRET": jwt32, "MASTER_KEY": master, "CLOCK_SYNC": "false"}, "CLOCK_SYNC is a test setting"},
 	}

@@ -102,9 +102,24 @@ func TestReplaysKeepOnlyWhatCannotChange(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, rec.DoneAge)
 		require.Less(t, *rec.DoneAge, 60.0, "completed just now, by the database's clock")
-		rec.Sealed = true
+		sealed := *rec
+		sealed.Sealed = true
 		r := idempotency.NewReplays(10, time.Minute, 72*time.Hour)
-		idempotency.AddReplay(r, rec)
+		idempotency.AddReplay(r, &sealed)
 		require.Zero(t, r.Len(), "an answer that shows a secret stays sealed in the database")
+		large := *rec
+		large.Body = make([]byte, 8<<10+1)
+		idempotency.AddReplay(r, &large)
+		require.Zero(t, r.Len(), "a large answer is left to the database")
+
+		// Kept for the TTL, not a moment longer.
+		short := idempotency.NewReplays(10, time.Second, 72*time.Hour)
+		idempotency.AddReplay(short, rec)
+		_, ok := idempotency.GetReplay(short, "m1", "fresh")
+		require.True(t, ok)
+		time.Sleep(1100 * time.Millisecond)
+		_, ok = idempotency.GetReplay(short, "m1", "fresh")
+		require.False(t, ok, "past its TTL")
+		require.Zero(t, short.Len())
 	})
 }

@@ -153,7 +153,7 @@ func waitDelivered(ctx context.Context, conn *pgx.Conn, d time.Duration) (left i
 // hookReport is what the events audit found.
 type hookReport struct {
 	events, delivered, finalPayments, finalRefunds, exhausted int
-	violations                                  []string
+	violations                                                []string
 }
 
 // auditEvents checks the events against the ledger and the receiver:
@@ -250,8 +250,8 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 	// transition (its last attempt and code, as for payments), and it is
 	// the newest; succeeded is the end, so a refund that ended failed
 	// never had a refund.succeeded event, and one that ended succeeded
-	// failed before only as provider_unavailable (nothing refunded, its
-	// key released for a retry).
+	// failed before only in a way that releases its key for a retry
+	// (retryableRefundFailure).
 	rrows, err := conn.Query(ctx, `SELECT id, status, attempts, failure_code FROM refunds`)
 	if err != nil {
 		return r, err
@@ -280,15 +280,17 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 			switch {
 			case e.typ == "refund.succeeded" && status != "succeeded":
 				fail("refund %s ended %s/%s but has a refund.succeeded event %s", id, status, code, e.id)
-			case e.typ == "refund.failed" && status == "succeeded" && objectState(e.payload) != "failed/provider_unavailable":
+			case e.typ == "refund.failed" && status == "succeeded" && !retryableRefundFailure[objectState(e.payload)]:
 				fail("refund %s ended succeeded but has a refund.failed event %s of %s", id, e.id, objectState(e.payload))
 			}
 		}
 		if n != 1 {
 			fail("refund %s (%s %s, attempt %d) has %d events of its final transition", id, status, code, attempts, n)
 		}
-		if len(evs) > 0 && evs[len(evs)-1].typ != final {
-			fail("refund %s is %s but its newest event is %s", id, status, evs[len(evs)-1].typ)
+		if len(evs) > 0 {
+			if got := objectState(evs[len(evs)-1].payload); evs[len(evs)-1].typ != final || got != status+"/"+code {
+				fail("refund %s is %s/%s but its newest event is %s of %s", id, status, code, evs[len(evs)-1].typ, got)
+			}
 		}
 	}
 	if err := rrows.Err(); err != nil {
@@ -332,6 +334,12 @@ func auditEvents(ctx context.Context, conn *pgx.Conn, h *hooks) (hookReport, err
 	}
 	return r, nil
 }
+
+// retryableRefundFailure are the refund failures after which the gateway
+// releases the key, and a retry re-opens the same refund (payments'
+// Refund.retryable): nothing was refunded — the provider was unavailable,
+// or the sweeper found no refund under the reference.
+var retryableRefundFailure = map[string]bool{"failed/provider_unavailable": true, "failed/not_processed": true}
 
 // objectState is "status/failure_code" of an event body's object.
 func objectState(body []byte) string {

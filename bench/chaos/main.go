@@ -867,10 +867,14 @@ func (c *client) again(ctx context.Context, p *payment) {
 			got++
 		case s == http.StatusUnauthorized:
 			m.mu.Lock()
-			if tok, err := rig.Token(ctx, c.http, c.gwURL, m.ClientID, m.ClientSecret); err == nil {
+			tok, err := rig.Token(ctx, c.http, c.gwURL, m.ClientID, m.ClientSecret)
+			if err == nil {
 				m.Token = tok
 			}
 			m.mu.Unlock()
+			if err != nil {
+				sleep(50, 150) // the token's instance is down (killed in turn)
+			}
 		case s == http.StatusTooManyRequests || s >= 500:
 			sleep(50, 150)
 		default:
