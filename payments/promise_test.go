@@ -488,11 +488,11 @@ func TestOldPaymentsAreLookedUpNotRecharged(t *testing.T) {
 		"a not-found seconds after a charge attempt is no proof of no charge")
 }
 
-// Review finding: a recheck re-opening a payment while a retry claims its
-// key must not deadlock, and both end consistent: one charge, and the
-// retry's answer is the ledger's.
-func TestRecheckAndARetryAtOnce(t *testing.T) {
-	t.Parallel()
+// landedAfterRelease makes the payment of key "k" that the sweeper
+// released as not_processed and whose charge then landed at the provider:
+// what a recheck re-opens, and a retry re-drives.
+func landedAfterRelease(t *testing.T) (*apptest.Gateway, apptest.Merchant, map[string]any) {
+	t.Helper()
 	g := apptest.Start(t)
 	m := g.Onboard(nil)
 	b := body("sim_late")
@@ -500,6 +500,15 @@ func TestRecheckAndARetryAtOnce(t *testing.T) {
 	ageKeys(t, g, time.Hour)
 	require.Equal(t, 1, sweep(t, g).Released)
 	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at") // landed
+	return g, m, b
+}
+
+// Review finding: a recheck re-opening a payment while a retry claims its
+// key must not deadlock, and both end consistent: one charge, and the
+// retry's answer is the ledger's.
+func TestRecheckAndARetryAtOnce(t *testing.T) {
+	t.Parallel()
+	g, m, b := landedAfterRelease(t)
 	p := ledgerByKey(t, g, m.ID, "k")
 
 	ctx := context.Background()
@@ -556,13 +565,7 @@ func providerCalls(t *testing.T, g *apptest.Gateway, op string) int {
 // held uncommitted until the retry waits on its row lock.
 func TestARetryRereadsAPaymentReopenedUnderIt(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t)
-	m := g.Onboard(nil)
-	b := body("sim_late")
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "k", b).StatusCode)
-	ageKeys(t, g, time.Hour)
-	require.Equal(t, 1, sweep(t, g).Released)
-	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at") // landed
+	g, m, b := landedAfterRelease(t)
 
 	sqlDB, err := g.App.DB().DB()
 	require.NoError(t, err)
