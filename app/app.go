@@ -372,7 +372,7 @@ func (a *App) routes() {
 	if a.Metrics != nil {
 		idemCfg.Observe = a.Metrics.ObserveIdempotency
 	}
-	idem := idempotency.Middleware(idemCfg)
+	idem := idempotency.Guard(idemCfg)
 	ph.Routes(merchant, idem)
 	events.NewHandler(a.Events, a.Keys, tenants.MerchantID).Routes(merchant, idem)
 }

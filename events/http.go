@@ -31,17 +31,17 @@ func NewHandler(svc *Service, keys *idempotency.Store, merchant func(c *fiber.Ct
 
 // Routes mounts the routes on r (behind merchant auth); idem is the
 // idempotency middleware, which every mutating route takes.
-func (h *Handler) Routes(r fiber.Router, idem fiber.Handler) {
-	r.Post("/webhook_endpoints", idem, h.createEndpoint)
+func (h *Handler) Routes(r fiber.Router, idem func(fiber.Handler) fiber.Handler) {
+	r.Post("/webhook_endpoints", idem(h.createEndpoint))
 	r.Get("/webhook_endpoints", h.listEndpoints)
 	r.Get("/webhook_endpoints/:id", h.getEndpoint)
-	r.Patch("/webhook_endpoints/:id", idem, h.updateEndpoint)
-	r.Delete("/webhook_endpoints/:id", idem, h.deleteEndpoint)
-	r.Post("/webhook_endpoints/:id/rotate_secret", idem, h.rotateSecret)
+	r.Patch("/webhook_endpoints/:id", idem(h.updateEndpoint))
+	r.Delete("/webhook_endpoints/:id", idem(h.deleteEndpoint))
+	r.Post("/webhook_endpoints/:id/rotate_secret", idem(h.rotateSecret))
 	r.Get("/webhook_endpoints/:id/deliveries", h.deliveries)
 	r.Get("/events", h.list)
 	r.Get("/events/:id", h.get)
-	r.Post("/events/:id/redeliver", idem, h.redeliver)
+	r.Post("/events/:id/redeliver", idem(h.redeliver))
 }
 
 func wellFormed(prefix, id string) bool {

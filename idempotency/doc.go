@@ -86,8 +86,16 @@
 // sent, and is dropped. SQLite has a single writer and no data-modifying
 // CTEs, so there a claim commits at once.
 //
-// Retries are answered from one read: the middleware looks the key up
-// before it claims, and only the INSERT decides who owns a new key.
+// Middleware answers retries from one read: it looks the key up before it
+// claims, and only the INSERT decides who owns a new key. Guard, which the
+// gateway mounts, knows its handler and sends the held claim without that
+// read (a new key, nearly every request, is one round trip fewer: a new
+// payment is two, the claim with its ledger row and the completion). When
+// the INSERT finds the key, or the handler refuses the body before sending
+// it, Guard reads the key then and answers from its row (a replay, 422,
+// 409, or a takeover that runs the handler again), dropping what the
+// handler said: the answers are Middleware's, the read comes after the
+// handler's validation instead of before it.
 //
 // # Time
 //

@@ -50,6 +50,31 @@ type heldTx struct {
 	// ended, if set, is called once the claim has been sent or dropped
 	// (the middleware's admission gate: see Config.Admit).
 	ended func()
+	// found is set when the claim's INSERT found the key's row (the key
+	// was known, or taken meanwhile) or waited past lock_timeout for it
+	// (another request's claim not yet committed, or a table locked by
+	// maintenance: the read tells which), dropped when the claim was released
+	// before it was ever sent (the handler refused the body). A Guard that
+	// held the claim without reading the key reads it then: a known key is
+	// answered from its row, whatever this body was (see Guard).
+	found, dropped bool
+}
+
+// unsent reports whether the claim never became this request's: its
+// INSERT found the key taken, or it was dropped before it was sent.
+func (h *heldTx) unsent() (found, dropped bool) {
+	if h == nil {
+		return false, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.found, h.dropped
+}
+
+func (h *heldTx) setFound() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.found = true
 }
 
 // end reports that the claim take returned has been sent or dropped.
@@ -79,10 +104,12 @@ func (s *Store) insertHeld(db *gorm.DB, c Claim, p *ClaimParams) error {
 	res := db.Exec(insertClaim, p.MerchantID, p.Key, p.RequestHash, StatusInProgress, dbclock.Plus(db, p.Lease), c.Token, now, now)
 	switch {
 	case lockTimedOut(res.Error):
+		c.held.setFound()
 		return fmt.Errorf("idempotency: claim: %w (%w)", ErrLostClaim, ErrBusy)
 	case res.Error != nil:
 		return fmt.Errorf("idempotency: claim: %w", res.Error)
 	case res.RowsAffected != 1:
+		c.held.setFound()
 		return fmt.Errorf("idempotency: claim: %w", ErrLostClaim)
 	}
 	return nil
@@ -171,10 +198,12 @@ FROM (SELECT 1) AS one LEFT JOIN resource ON true`,
 	}
 	switch {
 	case lockTimedOut(err):
+		c.held.setFound()
 		return false, fmt.Errorf("idempotency: claim: %w (%w)", ErrLostClaim, ErrBusy)
 	case err != nil:
 		return false, fmt.Errorf("idempotency: claim: %w", err)
 	case claimed != 1:
+		c.held.setFound()
 		c.held.take()
 		c.held.end()
 		c.state.set(endReleased)

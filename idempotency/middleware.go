@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
+	"github.com/valyala/fasthttp"
 
 	"github.com/oncepay/gateway/app/problem"
 )
@@ -132,124 +133,225 @@ func ClaimFrom(c *fiber.Ctx) (Claim, bool) {
 // progress until its lease lapses, and a retry or the sweeper settles it:
 // a possibly-charged request is never forgotten.
 func Middleware(cfg Config) fiber.Handler {
+	g := newGuard(cfg)
+	return func(c *fiber.Ctx) error { return g.serve(c, nil) }
+}
+
+// Guard is Middleware wrapped around one handler (route.Post(path,
+// guard(handler))), with the same contract. Knowing its handler, it can
+// run it twice, and that lets a held claim (Config.Hold) skip the read of
+// the key: a new key — nearly every request — costs one round trip fewer.
+// The handler then learns the key was already known only when its first
+// write (Persist or PersistWith) finds the key's row; the guard discards
+// what the handler answered (the 409 of a lost claim), reads the key and
+// answers as Middleware would have from that read: the replay, 422, 409,
+// or a takeover, for which it runs the handler again with the durable
+// claim. So an invalid body is answered 400 even under a known key: the
+// handler validates before its first write, and a body it refuses touches
+// no row. Without Hold, Guard is Middleware.
+func Guard(cfg Config) func(next fiber.Handler) fiber.Handler {
+	g := newGuard(cfg)
+	return func(next fiber.Handler) fiber.Handler {
+		if next == nil {
+			panic("idempotency: Guard needs a handler")
+		}
+		return func(c *fiber.Ctx) error { return g.serve(c, next) }
+	}
+}
+
+type guard struct {
+	cfg     Config
+	observe func(string)
+	door    gate
+}
+
+func newGuard(cfg Config) *guard {
 	if cfg.Store == nil || cfg.Scope == nil || cfg.Lease <= 0 {
 		panic("idempotency: Middleware needs Store, Scope and a positive Lease")
 	}
-	observe := cfg.Observe
-	if observe == nil {
-		observe = func(string) {}
+	g := &guard{cfg: cfg, observe: cfg.Observe}
+	if g.observe == nil {
+		g.observe = func(string) {}
 	}
-	s := cfg.Store
-	var door gate
 	if cfg.Admit > 0 {
-		door = make(gate, cfg.Admit)
+		g.door = make(gate, cfg.Admit)
 	}
-	return func(c *fiber.Ctx) error {
-		switch c.Method() {
-		case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
-			return c.Next()
-		}
-		merchantID := cfg.Scope(c)
-		if merchantID == "" {
-			slog.ErrorContext(c.UserContext(), "idempotency: no merchant in scope; is the auth middleware mounted first?")
-			return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
-		}
-		values := c.Request().Header.PeekAll(HeaderKey)
-		if len(values) == 0 {
-			observe(OutcomeInvalid)
-			return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_missing",
-				"the Idempotency-Key header is required on this route"))
-		}
-		key, err := NormalizeKey(string(values[0])) // string() copies Fiber's buffer
-		if err != nil || len(values) > 1 {
-			observe(OutcomeInvalid)
-			return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_invalid",
-				"the Idempotency-Key must be 1 to 255 printable ASCII characters, sent once"))
-		}
-		merchantID = utils.CopyString(merchantID)
-		// The hash is computed now, so Fiber's reused buffers are never kept.
-		route := normalPath(c.Path())
-		hash := Fingerprint(c.Method(), route, c.Body())
-		ctx := c.UserContext()
-		if hit, ok := cfg.Replays.get(merchantID, key); ok {
-			// A done key read before: its answer cannot have changed.
-			if !SameRequest(hit.requestHash, hash, c.Method(), route, c.Body()) {
-				observe(OutcomeMismatch)
-				return Mismatch(c)
-			}
-			observe(OutcomeReplayed)
-			c.Set(HeaderReplayed, "true")
-			return hit.response.Write(c)
-		}
-		log := slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
+	return g
+}
 
-		// Past the door until the claim is durable (or there is none):
-		// leave is called early when the pending claim is sent or dropped.
-		leave, err := door.enter(ctx)
-		if err != nil {
-			// Its deadline passed in the queue: nothing was read or
-			// written for it, so the same key may be sent again.
-			log.WarnContext(ctx, "idempotency: request timed out waiting for admission; answered 503")
-			return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
-				"the gateway is too busy to take this request now; nothing was done; retry with the same Idempotency-Key").WithRetryAfter(1))
+// serve runs the contract for one request; next is the guarded handler,
+// or nil for the next one in Fiber's chain.
+func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
+	cfg, s := g.cfg, g.cfg.Store
+	switch c.Method() {
+	case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
+		return g.next(c, next)
+	}
+	merchantID := cfg.Scope(c)
+	if merchantID == "" {
+		slog.ErrorContext(c.UserContext(), "idempotency: no merchant in scope; is the auth middleware mounted first?")
+		return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+	}
+	values := c.Request().Header.PeekAll(HeaderKey)
+	if len(values) == 0 {
+		g.observe(OutcomeInvalid)
+		return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_missing",
+			"the Idempotency-Key header is required on this route"))
+	}
+	key, err := NormalizeKey(string(values[0])) // string() copies Fiber's buffer
+	if err != nil || len(values) > 1 {
+		g.observe(OutcomeInvalid)
+		return problem.Write(c, problem.New(fiber.StatusBadRequest, "idempotency_key_invalid",
+			"the Idempotency-Key must be 1 to 255 printable ASCII characters, sent once"))
+	}
+	merchantID = utils.CopyString(merchantID)
+	// The hash is computed now, so Fiber's reused buffers are never kept.
+	r := request{merchantID: merchantID, key: key, route: normalPath(c.Path())}
+	r.hash = Fingerprint(c.Method(), r.route, c.Body())
+	ctx := c.UserContext()
+	if hit, ok := cfg.Replays.get(merchantID, key); ok {
+		// A done key read before: its answer cannot have changed.
+		if !SameRequest(hit.requestHash, r.hash, c.Method(), r.route, c.Body()) {
+			g.observe(OutcomeMismatch)
+			return Mismatch(c)
 		}
-		defer leave()
+		g.observe(OutcomeReplayed)
+		c.Set(HeaderReplayed, "true")
+		return hit.response.Write(c)
+	}
+	r.log = slog.With("request_id", problem.RequestID(c), "merchant_id", merchantID, "idempotency_key", key)
 
+	// Past the door until the claim is durable (or there is none):
+	// leave is called early when the pending claim is sent or dropped.
+	leave, err := g.door.enter(ctx)
+	if err != nil {
+		// Its deadline passed in the queue: nothing was read or
+		// written for it, so the same key may be sent again.
+		r.log.WarnContext(ctx, "idempotency: request timed out waiting for admission; answered 503")
+		return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
+			"the gateway is too busy to take this request now; nothing was done; retry with the same Idempotency-Key").WithRetryAfter(1))
+	}
+	defer leave()
+
+	params := ClaimParams{MerchantID: merchantID, Key: key, RequestHash: r.hash, Lease: cfg.Lease, Hold: cfg.Hold}
+	var rec *Record
+	var claim Claim
+	if next != nil && cfg.Hold {
+		// Blind: the claim's INSERT (sent with the handler's first
+		// write) is what finds a known key; see Guard.
+		claim, rec, err = s.Claim(ctx, params)
+	} else {
 		// Fast path for retries: a known key is answered from one read (a
 		// replay, a mismatch, a conflict or a takeover). The read never
 		// decides ownership; only the INSERT of Claim does.
-		rec, err := s.Get(ctx, merchantID, key)
-		var claim Claim
+		rec, err = s.Get(ctx, merchantID, key)
 		if errors.Is(err, ErrNotFound) {
-			claim, rec, err = s.Claim(ctx, ClaimParams{MerchantID: merchantID, Key: key, RequestHash: hash, Lease: cfg.Lease, Hold: cfg.Hold})
+			claim, rec, err = s.Claim(ctx, params)
 		}
-		if claim.held != nil {
-			claim.held.ended = leave
-		} else {
-			leave()
-		}
-		if errors.Is(err, ErrBusy) {
-			observe(OutcomeConflict)
-			return inUse(c)
-		}
-		if err != nil {
-			return unavailable(c, log, "claim", err)
-		}
-		if rec == nil {
-			claim.LegacyHash = legacyFingerprint(c.Method(), route, c.Body())
-			observe(OutcomeClaimed)
-			return run(c, s, claim, observe, log)
-		}
-		if !SameRequest(rec.RequestHash, hash, c.Method(), route, c.Body()) {
-			observe(OutcomeMismatch)
-			return Mismatch(c)
-		}
-		if rec.Status == StatusDone {
-			cfg.Replays.add(rec)
-			observe(OutcomeReplayed)
-			c.Set(HeaderReplayed, "true")
-			return rec.Response().Write(c)
-		}
-		if !rec.Lapsed {
-			observe(OutcomeConflict)
-			return inUse(c)
-		}
-		claim, ok, err := s.TakeOver(ctx, TakeOverParams{MerchantID: merchantID, Key: key, RequestHash: rec.RequestHash, Lease: cfg.Lease})
-		if err != nil {
-			return unavailable(c, log, "take over", err)
-		}
-		if !ok {
-			// Another retry took it over first (or it just finished or was
-			// released): the client's next retry gets the right answer.
-			observe(OutcomeConflict)
-			return inUse(c)
-		}
-		claim.RequestHash = hash
-		claim.LegacyHash = legacyFingerprint(c.Method(), route, c.Body())
-		observe(OutcomeTakenOver)
-		log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
-		return run(c, s, claim, observe, log)
 	}
+	if claim.held != nil {
+		claim.held.ended = leave
+	} else {
+		leave()
+	}
+	if errors.Is(err, ErrBusy) {
+		g.observe(OutcomeConflict)
+		return inUse(c)
+	}
+	if err != nil {
+		return unavailable(c, r.log, "claim", err)
+	}
+	if rec != nil {
+		return g.known(c, next, r, rec)
+	}
+	claim.LegacyHash = legacyFingerprint(c.Method(), r.route, c.Body())
+	if next == nil || !claim.Held() {
+		g.observe(OutcomeClaimed)
+		return g.run(c, next, claim, r.log, false)
+	}
+	// A blind claim: if its INSERT finds the key, or the handler refuses
+	// the body before sending it, the key is read after all, and a known
+	// key is answered from its row — what the handler answered (a 409, a
+	// 400) is dropped, as if it had never run.
+	var before fasthttp.ResponseHeader
+	c.Response().Header.CopyTo(&before)
+	err = g.run(c, next, claim, r.log, true)
+	found, dropped := claim.held.unsent()
+	if !found && !dropped {
+		g.observe(OutcomeClaimed)
+		return err
+	}
+	// Refused: dropped by the handler before its INSERT was sent (an
+	// INSERT that found the key, or timed out waiting, is dropped too).
+	refused := dropped && !found
+	rec, rerr := s.Get(ctx, merchantID, key)
+	switch {
+	case errors.Is(rerr, ErrNotFound) && refused:
+		// A new key after all: the handler's answer stands.
+		g.observe(OutcomeClaimed)
+		g.observe(OutcomeReleased)
+		return err
+	case errors.Is(rerr, ErrNotFound):
+		// Released again since the INSERT found it: the client's retry
+		// claims it.
+		g.observe(OutcomeConflict)
+		return inUse(c)
+	case rerr != nil && refused:
+		return err
+	case rerr != nil:
+		return unavailable(c, r.log, "read", rerr)
+	}
+	before.CopyTo(&c.Response().Header)
+	c.Response().ResetBody()
+	return g.known(c, next, r, rec)
+}
+
+// request is what serve knows of a request once its key is valid.
+type request struct {
+	merchantID, key, route, hash string
+	log                          *slog.Logger
+}
+
+// known answers a request whose key has a row: the replay, 422, 409, or
+// a takeover of a lapsed lease, which runs the handler.
+func (g *guard) known(c *fiber.Ctx, next fiber.Handler, r request, rec *Record) error {
+	ctx := c.UserContext()
+	if !SameRequest(rec.RequestHash, r.hash, c.Method(), r.route, c.Body()) {
+		g.observe(OutcomeMismatch)
+		return Mismatch(c)
+	}
+	if rec.Status == StatusDone {
+		g.cfg.Replays.add(rec)
+		g.observe(OutcomeReplayed)
+		c.Set(HeaderReplayed, "true")
+		return rec.Response().Write(c)
+	}
+	if !rec.Lapsed {
+		g.observe(OutcomeConflict)
+		return inUse(c)
+	}
+	claim, ok, err := g.cfg.Store.TakeOver(ctx, TakeOverParams{MerchantID: r.merchantID, Key: r.key, RequestHash: rec.RequestHash, Lease: g.cfg.Lease})
+	if err != nil {
+		return unavailable(c, r.log, "take over", err)
+	}
+	if !ok {
+		// Another retry took it over first (or it just finished or was
+		// released): the client's next retry gets the right answer.
+		g.observe(OutcomeConflict)
+		return inUse(c)
+	}
+	claim.RequestHash = r.hash
+	claim.LegacyHash = legacyFingerprint(c.Method(), r.route, c.Body())
+	g.observe(OutcomeTakenOver)
+	r.log.InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
+	return g.run(c, next, claim, r.log, false)
+}
+
+func (g *guard) next(c *fiber.Ctx, next fiber.Handler) error {
+	if next == nil {
+		return c.Next()
+	}
+	return next(c)
 }
 
 // normalPath is the request path as the router matches it (Fiber's
@@ -291,7 +393,10 @@ func inUse(c *fiber.Ctx) error {
 // run hands the claimed request to the handler and reports how it ended the
 // claim. Nothing here changes the key: a handler that ends none of the ways
 // leaves it in progress under its lease, by design.
-func run(c *fiber.Ctx, s *Store, claim Claim, observe func(string), log *slog.Logger) error {
+// A blind claim (see Guard) that never became the request's is left to
+// serve, which reads the key.
+func (g *guard) run(c *fiber.Ctx, next fiber.Handler, claim Claim, log *slog.Logger, blind bool) error {
+	s := g.cfg.Store
 	c.Locals(claimKey{}, claim)
 	// A claim still pending was neither persisted nor released by the
 	// handler (an error or a panic before its first write): its INSERT was
@@ -302,10 +407,13 @@ func run(c *fiber.Ctx, s *Store, claim Claim, observe func(string), log *slog.Lo
 			_ = s.Release(c.UserContext(), claim)
 		}
 	}()
-	err := c.Next()
+	err := g.next(c, next)
+	if found, dropped := claim.held.unsent(); blind && (found || dropped) {
+		return err
+	}
 	switch claim.state.get() {
 	case endReleased:
-		observe(OutcomeReleased)
+		g.observe(OutcomeReleased)
 	case endNone:
 		log.WarnContext(c.UserContext(), "idempotency: handler did not complete, release or leave its claim; the key stays in progress until its lease lapses")
 	}

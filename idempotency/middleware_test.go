@@ -35,7 +35,7 @@ type harness struct {
 	app   *fiber.App
 	db    *gorm.DB
 	store *idempotency.Store
-	hold  bool
+	hold  bool // the claim is held (modeHold, modeGuard)
 	runs  atomic.Int32
 
 	mu       sync.Mutex
@@ -44,8 +44,21 @@ type harness struct {
 	client   *http.Client
 }
 
-func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool, opts ...func(*idempotency.Config)) *harness {
+// How the harness mounts the contract: Middleware without and with held
+// claims, and Guard (held claims sent blind, as the gateway does).
+type mode string
+
+const (
+	modePlain mode = "middleware"
+	modeHold  mode = "middleware+hold"
+	modeGuard mode = "guard"
+)
+
+var modes = []mode{modePlain, modeHold, modeGuard}
+
+func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, m mode, opts ...func(*idempotency.Config)) *harness {
 	t.Helper()
+	hold := m != modePlain
 	h := &harness{db: db, store: s, hold: hold}
 	h.app = fiber.New(fiber.Config{
 		BodyLimit:             1 << 20,
@@ -75,12 +88,21 @@ func newHarness(t *testing.T, db *gorm.DB, s *idempotency.Store, hold bool, opts
 	for _, o := range opts {
 		o(&cfg)
 	}
-	mw := idempotency.Middleware(cfg)
-	v1 := h.app.Group("/v1", mw)
+	list := func(c *fiber.Ctx) error { return c.SendString("listed") }
+	if m == modeGuard {
+		guard := idempotency.Guard(cfg)
+		v1 := h.app.Group("/v1")
+		v1.Post("/things", guard(h.handle))
+		v1.Put("/things", guard(h.handle))
+		v1.Post("/other", guard(h.handle))
+		v1.Get("/things", guard(list))
+		return h
+	}
+	v1 := h.app.Group("/v1", idempotency.Middleware(cfg))
 	v1.Post("/things", h.handle)
 	v1.Put("/things", h.handle)
 	v1.Post("/other", h.handle)
-	v1.Get("/things", func(c *fiber.Ctx) error { return c.SendString("listed") })
+	v1.Get("/things", list)
 	return h
 }
 
@@ -132,6 +154,14 @@ func (h *harness) handle(c *fiber.Ctx) error {
 		}
 		return resp.Write(c)
 	}
+	if action == "once" && h.runs.Load() > 0 {
+		// Refused now, though accepted before (say, its provider was
+		// removed since): a known key is still answered from its row.
+		if err := h.store.Release(ctx, claim); err != nil {
+			return err
+		}
+		return problem.Invalid(problem.FieldError{Field: "provider", Reason: "not configured"})
+	}
 	if h.hold && action != "invalid" {
 		if err := h.store.Persist(ctx, claim, nil); err != nil {
 			if errors.Is(err, idempotency.ErrLostClaim) {
@@ -146,7 +176,7 @@ func (h *harness) handle(c *fiber.Ctx) error {
 			return err
 		}
 		return problem.Invalid(problem.FieldError{Field: "amount", Reason: "must be positive"})
-	case "complete":
+	case "complete", "once":
 		n := h.runs.Add(1)
 		return finish(fiber.StatusCreated, "application/json", fmt.Sprintf("thing_%d", n))
 	case "slow":
@@ -292,6 +322,14 @@ func TestMiddlewareContract(t *testing.T) {
 			{req: request{body: "invalid", keys: key("k1")}, status: 400, code: "invalid_request", outcomes: []string{"claimed", "released"}},
 			{req: request{body: "complete fixed", keys: key("k1")}, status: 201, runs: 1, checkRuns: true, outcomes: []string{"claimed"}},
 		}},
+		{name: "KnownKeyWithARefusedBodyIsAnsweredFromTheKey", rows: 2, steps: []step{
+			{req: request{body: "once", keys: key("k1")}, status: 201},
+			{req: request{body: "once", keys: key("k1")}, replayOf: 1, runs: 1, checkRuns: true, outcomes: []string{"replayed"}},
+			{req: request{body: "invalid", keys: key("k1")}, status: 422, code: "idempotency_key_mismatch", outcomes: []string{"mismatch_422"}},
+			{req: request{body: "crash", keys: key("k2")}, status: 500},
+			{req: request{body: "invalid", keys: key("k2")}, status: 422, code: "idempotency_key_mismatch"},
+			{req: request{body: "once", keys: key("k3")}, status: 400, code: "invalid_request", runs: 2, checkRuns: true, outcomes: []string{"claimed", "released"}},
+		}},
 		{name: "FirstRequestIsClaimedAndRunsOnce", rows: 1, steps: []step{
 			{req: request{body: "complete", keys: key("k1")}, status: 201, runs: 1, checkRuns: true,
 				header: map[string]string{"Content-Type": "application/json", "Location": "/v1/things/thing_1"}, outcomes: []string{"claimed"}},
@@ -357,12 +395,12 @@ func TestMiddlewareContract(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		for _, hold := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/hold=%t", tt.name, hold), func(t *testing.T) {
+		for _, m := range modes {
+			t.Run(fmt.Sprintf("%s/%s", tt.name, m), func(t *testing.T) {
 				t.Parallel()
 				db := dbtest.Postgres(t)
 				s, clk := newStore(t, db)
-				h := newHarness(t, db, s, hold)
+				h := newHarness(t, db, s, m)
 				var results []result
 				for i, st := range tt.steps {
 					clk.Advance(st.advance)
@@ -408,17 +446,17 @@ func TestMiddlewareContract(t *testing.T) {
 
 func TestMiddlewareConcurrentRetriesRunTheWorkOnce(t *testing.T) {
 	t.Parallel()
-	for _, hold := range []bool{false, true} {
-		t.Run(fmt.Sprintf("hold=%t", hold), func(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
-			concurrentRetriesRunTheWorkOnce(t, hold)
+			concurrentRetriesRunTheWorkOnce(t, m)
 		})
 	}
 }
 
-func concurrentRetriesRunTheWorkOnce(t *testing.T, hold bool) {
+func concurrentRetriesRunTheWorkOnce(t *testing.T, m mode) {
 	db := dbtest.Postgres(t)
-	h := newHarness(t, db, idempotency.NewStore(db), hold) // the wall clock
+	h := newHarness(t, db, idempotency.NewStore(db), m) // the wall clock
 	const n = 100
 	results := make([]result, n)
 	var wg sync.WaitGroup

@@ -25,7 +25,7 @@ func TestReplaysAnswerFromMemory(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 		replays := idempotency.NewReplays(100, time.Minute, 72*time.Hour)
 		require.NotNil(t, replays)
-		h := newHarness(t, db, idempotency.NewStore(db), true, func(c *idempotency.Config) { c.Replays = replays })
+		h := newHarness(t, db, idempotency.NewStore(db), modeGuard, func(c *idempotency.Config) { c.Replays = replays })
 		req := request{merchant: "m1", method: "POST", path: "/v1/things", body: "complete", keys: []string{"k1"}}
 		first := h.do(t, req)
 		require.Equal(t, http.StatusCreated, first.status)

@@ -564,6 +564,9 @@ func (s *Store) Release(ctx context.Context, c Claim) error { return s.ReleaseTx
 func (s *Store) ReleaseTx(ctx context.Context, tx *gorm.DB, c Claim) error {
 	if p := c.held.take(); p != nil {
 		// Never sent: there is nothing to undo.
+		c.held.mu.Lock()
+		c.held.dropped = true
+		c.held.mu.Unlock()
 		c.held.end()
 		c.state.set(endReleased)
 		return nil

@@ -28,12 +28,13 @@ func NewHandler(svc *Service, merchant func(c *fiber.Ctx) (Merchant, bool)) *Han
 }
 
 // Routes mounts the merchant routes on r, which is already behind merchant
-// authentication; idem is the idempotency middleware for mutating routes.
-func (h *Handler) Routes(r fiber.Router, idem fiber.Handler) {
-	r.Post("/payments", idem, h.create)
+// authentication; idem guards each mutating route with the idempotency
+// contract (idempotency.Guard).
+func (h *Handler) Routes(r fiber.Router, idem func(fiber.Handler) fiber.Handler) {
+	r.Post("/payments", idem(h.create))
 	r.Get("/payments", h.list)
 	r.Get("/payments/:id", h.get)
-	r.Post("/payments/:id/refunds", idem, h.createRefund)
+	r.Post("/payments/:id/refunds", idem(h.createRefund))
 	r.Get("/payments/:id/refunds", h.listRefunds)
 	r.Get("/refunds/:id", h.getRefund)
 }
