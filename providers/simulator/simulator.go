@@ -79,6 +79,8 @@ func (charge) TableName() string { return "simulator_charges" }
 type Simulator struct {
 	db  *gorm.DB
 	cfg Config
+	// rows batches the charge rows of concurrent charges on PostgreSQL.
+	rows *batcher
 }
 
 // New returns a simulator storing its charges in db.
@@ -92,7 +94,11 @@ func New(db *gorm.DB, cfg Config) *Simulator {
 	if cfg.LandAfter == 0 {
 		cfg.LandAfter = 10 * time.Minute
 	}
-	return &Simulator{db: db, cfg: cfg}
+	s := &Simulator{db: db, cfg: cfg}
+	if db != nil && db.Dialector.Name() == "postgres" {
+		s.rows = &batcher{db: db}
+	}
+	return s
 }
 
 // Constructor registers the simulator in a providers.Registry.
@@ -152,22 +158,27 @@ func (s *Simulator) Charge(ctx context.Context, req providers.ChargeRequest) (pr
 	}
 	// The dedupe is the provider's unique reference, exactly as at a real
 	// provider: a repeated charge finds the first one.
-	db := s.db.WithContext(ctx)
-	insert := insertCharge
-	if db.Dialector.Name() == "postgres" {
-		insert = insertChargeAsync
+	inserted, err := s.insert(ctx, c)
+	if err != nil {
+		return providers.Result{}, fmt.Errorf("simulator: %w: %v", providers.ErrUnknown, err)
 	}
-	res := db.Exec(insert, c.Reference, c.TransactionID, c.Amount, c.Currency, c.PaymentMethod, c.Status, c.SettleAt, c.CreatedAt)
-	if res.Error != nil {
-		return providers.Result{}, fmt.Errorf("simulator: %w: %v", providers.ErrUnknown, res.Error)
-	}
-	if res.RowsAffected == 0 {
+	if !inserted {
 		return s.Lookup(ctx, req.Reference)
 	}
 	if req.PaymentMethod == TokenTimeout || req.PaymentMethod == TokenLate {
 		return providers.Result{}, fmt.Errorf("simulator: %w: response lost after charging", providers.ErrUnknown)
 	}
 	return s.result(c), nil
+}
+
+// insert writes c's row and reports whether it was new (a repeated
+// reference finds the first charge's row).
+func (s *Simulator) insert(ctx context.Context, c charge) (bool, error) {
+	if s.rows != nil {
+		return s.rows.insert(ctx, c)
+	}
+	res := s.db.WithContext(ctx).Exec(insertCharge, c.Reference, c.TransactionID, c.Amount, c.Currency, c.PaymentMethod, c.Status, c.SettleAt, c.CreatedAt)
+	return res.RowsAffected == 1, res.Error
 }
 
 // Lookup implements providers.Provider. It only reads.
@@ -353,18 +364,4 @@ const insertCharge = `INSERT INTO simulator_charges
   (reference, transaction_id, amount, currency, payment_method, status, settle_at, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 
-// insertChargeAsync is insertCharge on PostgreSQL, in an autocommit
-// transaction that commits without waiting for the WAL flush
-// (set_config(…, true) lasts until that transaction ends). The row stands
-// for the provider's storage, not the gateway's, and nothing is lost by
-// it: WAL is flushed in order, so the gateway's next synchronous commit —
-// the payment's completion, before any answer that depends on the charge
-// — makes it durable too, and a crash before that loses it together with
-// everything after it, as if the provider never charged (which the
-// sweeper then finds, as for any charge that did not land). The gateway's
-// PostgreSQL thus waits for two flushes per simulated payment, as it would
-// with a real provider, not three (issue 17).
-const insertChargeAsync = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
-INSERT INTO simulator_charges
-  (reference, transaction_id, amount, currency, payment_method, status, settle_at, created_at)
-SELECT ?, ?, ?, ?, ?, ?, CAST(? AS timestamptz), CAST(? AS timestamptz) FROM async ON CONFLICT DO NOTHING`
+

@@ -167,3 +167,43 @@ func TestRefundConformance(t *testing.T) {
 		})
 	})
 }
+
+// Concurrent charges share batched INSERTs on PostgreSQL: every reference
+// is still charged once, and every charge of a reference — the first and
+// those at the same moment, in its batch or a later one — answers with the
+// first charge's transaction.
+func TestConcurrentChargesAreEachChargedOnce(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		sim := simulator.New(db, simulator.Config{})
+		const refs, each = 40, 3
+		results := make([][]providers.Result, refs)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for i := range refs {
+			results[i] = make([]providers.Result, each)
+			for j := range each {
+				wg.Go(func() {
+					res, err := charge(t, sim, providers.Reference("ten_c", fmt.Sprintf("k%d", i)), simulator.TokenSuccess)
+					mu.Lock()
+					defer mu.Unlock()
+					require.NoError(t, err)
+					results[i][j] = res
+				})
+			}
+		}
+		wg.Wait()
+		ids := map[string]bool{}
+		for i := range refs {
+			n, err := sim.Charges(context.Background(), providers.Reference("ten_c", fmt.Sprintf("k%d", i)))
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "reference %d", i)
+			for j := range each {
+				require.Equal(t, providers.OutcomeSucceeded, results[i][j].Outcome)
+				require.Equal(t, results[i][0].TransactionID, results[i][j].TransactionID, "reference %d", i)
+			}
+			ids[results[i][0].TransactionID] = true
+		}
+		require.Len(t, ids, refs, "one transaction per reference")
+	})
+}
