@@ -363,5 +363,3 @@ func (s *Simulator) Refunds(ctx context.Context, reference string) (int, error) 
 const insertCharge = `INSERT INTO simulator_charges
   (reference, transaction_id, amount, currency, payment_method, status, settle_at, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
-
-
