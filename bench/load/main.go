@@ -176,6 +176,9 @@ func run(ctx context.Context, o options) error {
 			clients: o.clients, duration: o.duration, gatewayPid: peer.Pid()}
 		sd.measure("warmup", "", sd.newPayment("sim_success"), min(2*time.Second, o.duration))
 	}
+	if err := db.Analyze(ctx); err != nil {
+		return err
+	}
 
 	pgb := findPgbench(o.pgbench)
 	if pgb == "" {

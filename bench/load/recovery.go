@@ -120,6 +120,9 @@ func measureRecovery(ctx context.Context, o options, n int) (rec recovery, err e
 		return rec, fmt.Errorf("recovery: %d payments processing after seeding, want %d", p, n)
 	}
 
+	if err := db.Analyze(ctx); err != nil {
+		return rec, err
+	}
 	gw.Env = maps(env, map[string]string{"SIMULATOR_LATENCY": o.recoveryLatency.String(), "SWEEP_INTERVAL": "500ms"})
 	if err := gw.Start(); err != nil {
 		return rec, err

@@ -150,6 +150,9 @@ func measureSlow(ctx context.Context, o options) (rep slowReport, err error) {
 		// Warm up: connections, statement caches, the runtime's heap.
 		g.run("warmup", 50, min(3*time.Second, o.slowDuration))
 	}
+	if err := db.Analyze(ctx); err != nil {
+		return rep, err
+	}
 
 	for i := range max(1, o.rounds) {
 		runs := map[string]slowRun{}
