@@ -95,7 +95,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		log.Warn("could not read the database's settings", "err", err)
 	}
 	for _, a := range advice {
-		log.Warn("database setting is off", "setting", a.Setting, "value", a.Value, "why", a.Why)
+		log.Warn("database needs attention", "setting", a.Setting, "value", a.Value, "why", a.Why)
 	}
 	a, err := build(cfg, log, db)
 	if err != nil {

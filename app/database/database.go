@@ -146,7 +146,8 @@ func Close(db *gorm.DB) error {
 	return sqlDB.Close()
 }
 
-// Advice is a server setting the gateway depends on and finds missing.
+// Advice is a server setting, or a state of the statistics, that the
+// gateway's query plans depend on and finds wrong.
 type Advice struct {
 	Setting, Value, Why string
 }
@@ -157,21 +158,16 @@ type Advice struct {
 // never analyzed: every index then costs the planner the same, and the
 // reads by merchant and key or by reference may cache a plan that scans a
 // merchant's whole history (payments/plan_test.go). The hot path is found
-// by primary key and does not care; the rest does.
+// by primary key and does not care; the rest does. It also names the
+// merchant_id statistics that ANALYZE gathered before migration 13 and
+// left in place.
 func Advise(ctx context.Context, db *gorm.DB) ([]Advice, error) {
 	if DialectOf(db) != Postgres {
 		return nil, nil
 	}
 	var autovacuum, trackCounts string
-	rows, err := db.WithContext(ctx).Raw("SELECT current_setting('autovacuum'), current_setting('track_counts')").Rows()
-	if err != nil {
-		return nil, fmt.Errorf("database: read settings: %w", err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, fmt.Errorf("database: read settings: %w", rows.Err())
-	}
-	if err := rows.Scan(&autovacuum, &trackCounts); err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT current_setting('autovacuum'), current_setting('track_counts')").
+		Row().Scan(&autovacuum, &trackCounts); err != nil {
 		return nil, fmt.Errorf("database: read settings: %w", err)
 	}
 	var out []Advice
@@ -181,6 +177,17 @@ func Advise(ctx context.Context, db *gorm.DB) ([]Advice, error) {
 	}
 	if trackCounts != "on" {
 		out = append(out, Advice{"track_counts", trackCounts, why})
+	}
+	var stale []string
+	if err := db.WithContext(ctx).Raw(`SELECT tablename FROM pg_stats
+WHERE schemaname = current_schema() AND attname = 'merchant_id' AND tablename IN ? ORDER BY tablename`, merchantLedTables).
+		Scan(&stale).Error; err != nil {
+		return nil, fmt.Errorf("database: read statistics: %w", err)
+	}
+	for _, t := range stale {
+		out = append(out, Advice{"statistics on " + t + ".merchant_id", "present",
+			"gathered before migration 13; a merchant they never saw looks like no rows, and one of its payments may be found by walking all of them. Drop them: ALTER TABLE " + t +
+				" ALTER COLUMN merchant_id TYPE text (same type: no rewrite, indexes kept, a moment's exclusive lock; on Citus run it on each shard)"})
 	}
 	return out, nil
 }

@@ -59,6 +59,23 @@ func TestAdviseNamesStatisticsSettingsThatAreOff(t *testing.T) {
 	require.ElementsMatch(t, want, settings())
 	require.NoError(t, db.Exec("SET track_counts = off").Error)
 	require.ElementsMatch(t, append(want, "track_counts=off"), settings())
+	require.NoError(t, db.Exec("SET track_counts = on").Error)
+
+	// Statistics on payments.merchant_id, as ANALYZE gathered them before
+	// migration 13, are named until dropped the way the advice says.
+	require.NoError(t, db.Exec(`INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
+  provider_reference, email, payment_method, created_at, updated_at)
+SELECT 'pay_' || i, 'ten_a', 'k' || i, 100, 'NGN', 'succeeded', 'simulator', 'ref' || i, 'e@example.com', 'card', now(), now()
+FROM generate_series(1, 100) i`).Error)
+	require.NoError(t, db.Exec("ANALYZE payments").Error)
+	require.ElementsMatch(t, want, settings(), "migration 13: no statistics on merchant_id")
+	require.NoError(t, db.Exec("ALTER TABLE payments ALTER COLUMN merchant_id SET STATISTICS -1").Error)
+	require.NoError(t, db.Exec("ANALYZE payments").Error)
+	require.NoError(t, db.Exec("ALTER TABLE payments ALTER COLUMN merchant_id SET STATISTICS 0").Error)
+	require.NoError(t, db.Exec("ANALYZE payments").Error)
+	require.ElementsMatch(t, append(want, "statistics on payments.merchant_id=present"), settings(), "ANALYZE leaves them")
+	require.NoError(t, db.Exec("ALTER TABLE payments ALTER COLUMN merchant_id TYPE text").Error)
+	require.ElementsMatch(t, want, settings(), "dropped as the advice says")
 }
 
 // Migration 7 backfills what payments made before version 6 lack: the
