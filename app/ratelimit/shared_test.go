@@ -181,10 +181,15 @@ func TestSharedFallsBackWhenRedisHangs(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
+	// Cleanups run last first: the client closes its connections, then
+	// the listener closes and its accept loop returns (so nothing adds to
+	// held while held is waited on), then the held connections drain.
 	var held sync.WaitGroup
 	t.Cleanup(held.Wait)
+	accepting := make(chan struct{})
+	t.Cleanup(func() { _ = ln.Close(); <-accepting })
 	go func() {
+		defer close(accepting)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
