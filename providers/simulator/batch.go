@@ -114,18 +114,33 @@ SELECT v.* FROM async, (VALUES `)
 ON CONFLICT DO NOTHING RETURNING reference`)
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	var inserted []string
-	err := b.db.WithContext(ctx).Raw(sql.String(), args...).Scan(&inserted).Error
+	err := b.insertRows(ctx, sql.String(), args, first)
 	if err != nil {
 		err = fmt.Errorf("simulator: write charges: %w", err)
-	}
-	for _, ref := range inserted {
-		if p := first[ref]; p != nil {
-			p.inserted = true
-		}
 	}
 	for _, p := range batch {
 		p.err = err
 		close(p.done)
 	}
+}
+
+// insertRows runs a batch's INSERT and marks the rows it inserted. Rows, not
+// Scan: GORM's Scan renders the statement as text with every value
+// inlined (a regexp over the batch) for a logger that is silent.
+func (b *batcher) insertRows(ctx context.Context, sql string, args []any, first map[string]*pendingRow) error {
+	rows, err := b.db.WithContext(ctx).Raw(sql, args...).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ref string
+		if err := rows.Scan(&ref); err != nil {
+			return err
+		}
+		if p := first[ref]; p != nil {
+			p.inserted = true
+		}
+	}
+	return rows.Err()
 }
