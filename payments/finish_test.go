@@ -89,6 +89,23 @@ func TestFinish(t *testing.T) {
 				require.NoError(t, gerr)
 				require.Equal(t, tc.wantLedger, ledger.Status)
 				require.Equal(t, tc.wantTxn, ledger.ProviderTransactionID)
+				// The provider's transaction id finds the payment (a refund
+				// event naming only that) exactly when the ledger kept it,
+				// written by the same commit: the CTE on PostgreSQL, the
+				// transaction on SQLite, Finish's own one without a tx.
+				for _, txn := range []string{"txn_1", "txn_first"} {
+					found, ferr := s.store.GetByTransactionID(ctx, "ten_1", "simulator", txn)
+					if txn != tc.wantTxn {
+						require.ErrorIs(t, ferr, ErrNotFound, txn)
+						continue
+					}
+					require.NoError(t, ferr)
+					require.Equal(t, p.ID, found.ID)
+					_, ferr = s.store.GetByTransactionID(ctx, "ten_other", "simulator", txn)
+					require.ErrorIs(t, ferr, ErrNotFound, "another merchant's")
+					_, ferr = s.store.GetByTransactionID(ctx, "ten_1", "paystack", txn)
+					require.ErrorIs(t, ferr, ErrNotFound, "another provider's")
+				}
 				key, kerr := keys.Get(ctx, "ten_1", "k")
 				require.NoError(t, kerr)
 				if tc.wantStatus == http.StatusConflict {

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/problem"
@@ -472,7 +473,11 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	if err != nil {
 		return Answer{}, err
 	}
-	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f), event)
+	also := []clause.Expr{event}
+	if f.TransactionID != "" {
+		also = append(also, transactionAlong(p, f.TransactionID))
+	}
+	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f), also...)
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()

@@ -79,12 +79,47 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 }
 
 // GetByTransactionID returns the merchant's payment the provider knows by
-// its own transaction id (a refund event that names only that).
+// its own transaction id (a refund event that names only that), through
+// payment_transactions: every write that sets a payment's transaction id
+// records it there in the same commit (Finish, reopenSettled,
+// transactionAlong), so payments itself needs no index on it and its
+// completion stays a HOT update (migration 14).
 func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, txID string) (Payment, error) {
 	var p Payment
-	err := s.exec(ctx, nil).Where("merchant_id = ? AND provider = ? AND provider_transaction_id = ?", merchantID, provider, txID).
+	err := s.exec(ctx, nil).Where(`merchant_id = ? AND provider = ? AND id = (
+  SELECT payment_id FROM payment_transactions WHERE merchant_id = ? AND provider = ? AND transaction_id = ?)`,
+		merchantID, provider, merchantID, provider, txID).
 		Take(&p).Error
 	return p, interpret("get by transaction id", err)
+}
+
+// recordTransaction writes the lookup row of the payment's transaction id
+// (GetByTransactionID), in tx: the caller's transaction that set it. A
+// second attempt's charge under another transaction id adds a row, so
+// either id finds the payment.
+func (s *Store) recordTransaction(ctx context.Context, tx *gorm.DB, merchantID, id, txID string) error {
+	err := tx.WithContext(ctx).Exec(`INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
+  SELECT merchant_id, provider, ?, id FROM payments WHERE merchant_id = ? AND id = ?
+  ON CONFLICT DO NOTHING`, txID, merchantID, id).Error
+	return interpret("record transaction", err)
+}
+
+// transactionAlong is recordTransaction as one more write of
+// idempotency.Store.CompleteWith, beside finishClaimed: it applies only
+// when the payment's completion did (the CTE named resource).
+func transactionAlong(p *Payment, txID string) clause.Expr {
+	return clause.Expr{SQL: `INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
+  SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM resource)
+  ON CONFLICT DO NOTHING`, Vars: []any{p.MerchantID, p.Provider, txID, p.ID}}
+}
+
+// inTransaction runs fn in tx, or in a transaction of its own when tx is
+// nil: for writes of more than one statement that must commit together.
+func (s *Store) inTransaction(ctx context.Context, tx *gorm.DB, fn func(tx *gorm.DB) error) error {
+	if tx != nil {
+		return fn(tx)
+	}
+	return s.db.WithContext(ctx).Transaction(fn)
 }
 
 // insertPayment is InsertNew's statement, written out: it runs once per
@@ -101,7 +136,9 @@ RETURNING created_at`
 
 // InsertNew writes p unless the merchant's key already has a payment
 // (inserted is false then, and nothing was written). It sets p.CreatedAt
-// (and p.UpdatedAt) to the database's time.
+// (and p.UpdatedAt) to the database's time. A payment is inserted before
+// its provider is called: the transaction id is set later by the writes
+// that finish it, which also record it for GetByTransactionID.
 func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
 	db := s.exec(ctx, tx)
 	rows, err := db.Raw(insertPayment,
@@ -225,18 +262,24 @@ func (s *Store) Finish(ctx context.Context, tx *gorm.DB, merchantID, id string, 
 	if f.TransactionID != "" {
 		values["provider_transaction_id"] = f.TransactionID
 	}
-	db := s.exec(ctx, tx)
-	if f.RecheckAfter > 0 {
-		values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
-	}
-	res := db.Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
-			[]Status{StatusProcessing, StatusRequiresReview}).
-		Updates(values)
-	if res.Error != nil {
-		return false, interpret("finish", res.Error)
-	}
-	return res.RowsAffected == 1, nil
+	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
+		db := tx.WithContext(ctx)
+		if f.RecheckAfter > 0 {
+			values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
+		}
+		res := db.Model(&Payment{}).
+			Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
+				[]Status{StatusProcessing, StatusRequiresReview}).
+			Updates(values)
+		if res.Error != nil {
+			return interpret("finish", res.Error)
+		}
+		if ok = res.RowsAffected == 1; ok && f.TransactionID != "" {
+			return s.recordTransaction(ctx, tx, merchantID, id, f.TransactionID)
+		}
+		return nil
+	})
+	return ok && err == nil, err
 }
 
 // finishClaimed is Finish as the write of idempotency.Store.CompleteWith:
@@ -326,13 +369,19 @@ func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, merchantID, id s
 	if f.TransactionID != "" {
 		values["provider_transaction_id"] = f.TransactionID
 	}
-	res := s.exec(ctx, tx).Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code IN ? AND attempts = ?", merchantID, id, StatusFailed, retryableCodes, attempts).
-		Updates(values)
-	if res.Error != nil {
-		return false, interpret("reopen settled", res.Error)
-	}
-	return res.RowsAffected == 1, nil
+	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
+		res := tx.WithContext(ctx).Model(&Payment{}).
+			Where("merchant_id = ? AND id = ? AND status = ? AND failure_code IN ? AND attempts = ?", merchantID, id, StatusFailed, retryableCodes, attempts).
+			Updates(values)
+		if res.Error != nil {
+			return interpret("reopen settled", res.Error)
+		}
+		if ok = res.RowsAffected == 1; ok && f.TransactionID != "" {
+			return s.recordTransaction(ctx, tx, merchantID, id, f.TransactionID)
+		}
+		return nil
+	})
+	return ok && err == nil, err
 }
 
 // DueRechecks takes up to limit payments whose recheck time has come, and

@@ -110,3 +110,44 @@ VALUES ('ten_m', 'k1', 'legacy-hash', 'done', '2026-01-01 00:00:00+00:00', '2026
 		require.EqualValues(t, 1, due, "the not_processed payment is looked up once more")
 	})
 }
+
+// Migration 14 moves the lookup by the provider's transaction id from an
+// index on payments to payment_transactions: every payment that already
+// had one is found through the new table, and the index is gone (its
+// column is written by every completion, which must stay a HOT update).
+func TestMigrationMovesTransactionIDsOutOfPayments(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		insert := func(merchant, id, provider, txn string) {
+			require.NoError(t, db.Exec(`INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider,
+  provider_reference, provider_transaction_id, email, payment_method, created_at, updated_at)
+VALUES (?, ?, ?, 1, 'NGN', 'succeeded', ?, ?, ?, 'a@b.c', 'tok', '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')`,
+				id, merchant, "k-"+id, provider, "ref-"+id, txn).Error)
+		}
+		// The schema as version 13 left it.
+		require.NoError(t, db.Exec("DROP TABLE payment_transactions").Error)
+		require.NoError(t, db.Exec(`CREATE INDEX payments_provider_transaction_idx ON payments (merchant_id, provider, provider_transaction_id)
+	WHERE provider_transaction_id <> ''`).Error)
+		require.NoError(t, db.Exec("DELETE FROM schema_migrations WHERE version = 14").Error)
+		insert("ten_a", "pay_1", "paystack", "1234")
+		insert("ten_a", "pay_2", "stripe", "pi_2")
+		insert("ten_b", "pay_3", "paystack", "1234") // the same id at another merchant
+		insert("ten_a", "pay_open", "paystack", "")  // never charged: nothing to find it by
+
+		require.True(t, db.Migrator().HasIndex("payments", "payments_provider_transaction_idx"))
+		n, err := database.Migrate(db)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		type row struct{ MerchantID, Provider, TransactionID, PaymentID string }
+		var rows []row
+		require.NoError(t, db.Raw(`SELECT merchant_id, provider, transaction_id, payment_id FROM payment_transactions
+ORDER BY merchant_id, provider, transaction_id`).Scan(&rows).Error)
+		require.Equal(t, []row{
+			{"ten_a", "paystack", "1234", "pay_1"},
+			{"ten_a", "stripe", "pi_2", "pay_2"},
+			{"ten_b", "paystack", "1234", "pay_3"},
+		}, rows)
+		require.False(t, db.Migrator().HasIndex("payments", "payments_provider_transaction_idx"))
+	})
+}
