@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/database/rawsql"
 )
 
 // lockTimedOut reports PostgreSQL's lock_not_available (55P03), the error
@@ -182,7 +183,7 @@ func (s *Store) PersistWith(ctx context.Context, c Claim, insert clause.Expr, de
 	p := *c.held.pending
 	c.held.mu.Unlock()
 	now := dbclock.Now(db)
-	rows, err := db.Raw(`WITH claim AS (
+	rows, err := rawsql.Raw(db, `WITH claim AS (
   INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
   ON CONFLICT DO NOTHING

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/database/rawsql"
 	"github.com/oncepay/gateway/app/secretbox"
 )
 
@@ -438,7 +439,7 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 	vars = append(vars, StatusDone, r.Status, body, header, dbclock.Now(db),
 		r.ResourceID, r.ResourceID,
 		c.MerchantID, c.Key, StatusInProgress, c.Token)
-	rows, err := db.Raw(`WITH claim AS (
+	rows, err := rawsql.Raw(db, `WITH claim AS (
   SELECT 1 FROM idempotency_keys
   WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ?
   FOR UPDATE

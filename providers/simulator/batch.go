@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database/rawsql"
 )
 
 // maxBatch bounds the rows of one batched INSERT (and so the distinct
@@ -128,7 +130,7 @@ ON CONFLICT DO NOTHING RETURNING reference`)
 // Scan: GORM's Scan renders the statement as text with every value
 // inlined (a regexp over the batch) for a logger that is silent.
 func (b *batcher) insertRows(ctx context.Context, sql string, args []any, first map[string]*pendingRow) error {
-	rows, err := b.db.WithContext(ctx).Raw(sql, args...).Rows()
+	rows, err := rawsql.Raw(b.db.WithContext(ctx), sql, args...).Rows()
 	if err != nil {
 		return err
 	}
