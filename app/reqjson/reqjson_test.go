@@ -55,6 +55,15 @@ func TestDecode(t *testing.T) {
 		{"PairedSurrogates", `{"currency":"\ud83d\ude00"}`, ""},
 		{"EscapedBackslashThenU", `{"currency":"\\ud800"}`, ""},
 		{"Deep", `{"amount":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, "nested too deeply"},
+		{"DeepObjects", `{"metadata":` + strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat("}", 40) + `}`, "nested too deeply"},
+		{"BracketsInAString", `{"currency":"` + strings.Repeat("[{", 40) + `"}`, ""},
+		{"DuplicateInsideAnyValue", `{"amount":{"a":1,"b":[{"c":1,"c":2}]}}`, `has the member "c" twice`},
+		{"DuplicateInArrayOfStructs", `{"items":[{"code":"x","code":"y"}]}`, `"code" twice`},
+		{"UnknownInArrayOfStructs", `{"items":[{"code":"x"},{"colour":"y"}]}`, `unknown member "colour"`},
+		{"NULEscapedInAnyValue", `{"amount":["\u0000"]}`, "NUL"},
+		{"EscapedBackslashThenU0000", `{"currency":"\\u0000"}`, ""},
+		{"SyntaxInsideAnyValue", `{"amount":[1,}`, "not valid JSON"},
+		{"UnclosedObject", `{"amount":1`, "not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -186,4 +195,15 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("canonical form means something else: %q reads %#v, %q reads %#v", data, a, c, b)
 		}
 	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	body := []byte(`{"amount":5000,"currency":"NGN","items":[{"code":"x"}],"metadata":{"order":"ord_123","channel":"app"},"nested":{"code":"y"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		var r request
+		if err := reqjson.Decode(body, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
