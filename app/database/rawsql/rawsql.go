@@ -32,68 +32,70 @@ func Raw(db *gorm.DB, query string, vars ...any) *gorm.DB {
 	if db.Dialector.Name() != "postgres" || strings.IndexByte(query, '@') >= 0 {
 		return db.Raw(query, vars...)
 	}
-	r := renderer{vars: make([]any, 0, len(vars)+8)}
-	r.sql.Grow(len(query) + 64)
-	if !r.expr(query, vars) {
+	size, binds, ok := measure(query, vars)
+	if !ok {
 		return db.Raw(query, vars...)
 	}
 	tx := db.Raw("")
-	tx.Statement.SQL.WriteString(r.sql.String())
+	r := renderer{sql: &tx.Statement.SQL, vars: make([]any, 0, binds)}
+	r.sql.Grow(size + binds*4) // "$n", n up to 999
+	r.expr(query, vars)
 	tx.Statement.Vars = r.vars
 	return tx
 }
 
+// measure checks that query and vars are of the kinds Raw renders itself,
+// and returns the length of their text and how many values they bind.
+func measure(query string, vars []any) (size, binds int, ok bool) {
+	if strings.Count(query, "?") != len(vars) {
+		// GORM writes surplus placeholders literally and appends surplus
+		// vars as named args.
+		return 0, 0, false
+	}
+	size = len(query) - len(vars)
+	for _, v := range vars {
+		switch v := v.(type) {
+		case gorm.Valuer, clause.Column, clause.Table, clause.Interface, sql.NamedArg, []any:
+			return 0, 0, false
+		case clause.Expr:
+			n, b, ok := measure(v.SQL, v.Vars)
+			if !ok {
+				return 0, 0, false
+			}
+			size, binds = size+n, binds+b
+			continue
+		case clause.Expression:
+			return 0, 0, false
+		case driver.Valuer, []byte, nil:
+		default:
+			if k := reflect.TypeOf(v).Kind(); k == reflect.Slice || k == reflect.Array {
+				return 0, 0, false // expanded into a list by GORM (or "(NULL)" when empty)
+			}
+		}
+		binds++
+	}
+	return size, binds, true
+}
+
+// renderer writes a statement measure accepted, as GORM's Statement.AddVar
+// would: values bound as $n in order, clause.Expr rendered in place.
 type renderer struct {
-	sql  strings.Builder
+	sql  *strings.Builder
 	vars []any
 }
 
-// expr renders query with vars; false when it meets something only GORM's
-// builder renders right.
-func (r *renderer) expr(query string, vars []any) bool {
+func (r *renderer) expr(query string, vars []any) {
 	for _, v := range vars {
 		i := strings.IndexByte(query, '?')
-		if i < 0 {
-			return false // GORM appends surplus vars as named args
-		}
 		r.sql.WriteString(query[:i])
 		query = query[i+1:]
-		if !r.value(v) {
-			return false
+		if e, ok := v.(clause.Expr); ok {
+			r.expr(e.SQL, e.Vars)
+			continue
 		}
-	}
-	if strings.IndexByte(query, '?') >= 0 {
-		return false // GORM writes surplus placeholders literally
+		r.vars = append(r.vars, v)
+		r.sql.WriteByte('$')
+		r.sql.WriteString(strconv.Itoa(len(r.vars)))
 	}
 	r.sql.WriteString(query)
-	return true
-}
-
-// value renders one var as GORM's Statement.AddVar would, for the kinds it
-// accepts, in AddVar's order of cases.
-func (r *renderer) value(v any) bool {
-	switch v := v.(type) {
-	case gorm.Valuer, clause.Column, clause.Table, clause.Interface, sql.NamedArg, []any:
-		return false
-	case clause.Expr:
-		return r.expr(v.SQL, v.Vars)
-	case clause.Expression:
-		return false
-	case driver.Valuer, []byte:
-		r.bind(v)
-		return true
-	}
-	if v != nil {
-		if k := reflect.TypeOf(v).Kind(); k == reflect.Slice || k == reflect.Array {
-			return false // expanded into a list by GORM (or "(NULL)" when empty)
-		}
-	}
-	r.bind(v)
-	return true
-}
-
-func (r *renderer) bind(v any) {
-	r.vars = append(r.vars, v)
-	r.sql.WriteByte('$')
-	r.sql.WriteString(strconv.Itoa(len(r.vars)))
 }
