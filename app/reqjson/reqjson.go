@@ -250,11 +250,7 @@ func (w walker) value(tok jsontext.Token, t reflect.Type) error {
 		elem = t.Elem()
 	}
 	for w.dec.PeekKind() != ']' {
-		tok, err := w.token()
-		if err != nil {
-			return err
-		}
-		if err := w.value(tok, elem); err != nil {
+		if err := w.next(elem); err != nil {
 			return err
 		}
 	}
@@ -328,16 +324,21 @@ func (w walker) object(t reflect.Type) error {
 				return &Error{Unknown, fmt.Sprintf("has the unknown member %s", quote(name))}
 			}
 		}
-		tok, err = w.token()
-		if err != nil {
-			return err
-		}
-		if err := w.value(tok, ft); err != nil {
+		if err := w.next(ft); err != nil {
 			return err
 		}
 	}
 	_, err := w.token() // '}'
 	return err
+}
+
+// next reads the next value and walks it as a t.
+func (w walker) next(t reflect.Type) error {
+	tok, err := w.token()
+	if err != nil {
+		return err
+	}
+	return w.value(tok, t)
 }
 
 // quote shows a member name in an error, shortened so a client's huge name
