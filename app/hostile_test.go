@@ -132,6 +132,11 @@ func TestHostileInput(t *testing.T) {
 		{name: "LoneSurrogate", method: "POST", path: "/v1/payments", body: pay(`,"description":"\ud800"`), headers: key("h11"), status: 400, code: "invalid_request"},
 		{name: "NotJSON", method: "POST", path: "/v1/payments", body: []byte("\x00\x01\x02"), headers: key("h12"), status: 400, code: "invalid_request"},
 		{name: "AdminNULInName", method: "POST", path: "/admin/v1/tenants", body: []byte(`{"name":"a\u0000","default_provider":"simulator"}`), headers: []string{"Authorization", admin, "Content-Type", "application/json"}, status: 400, code: "invalid_request"},
+		// A NUL in a provider secret (which the simulator keeps as it
+		// is) must not hide a second spelling of the name from the
+		// strict check, or encoding/json would apply the last one.
+		{name: "AdminCaseFoldedNameAfterANUL", method: "POST", path: "/admin/v1/tenants", body: []byte(`{"providers":{"simulator":{"k":"\u0000"}},"name":"Ada","NAME":"Evil","default_provider":"simulator"}`), headers: []string{"Authorization", admin, "Content-Type", "application/json"}, status: 400, code: "invalid_request"},
+		{name: "AdminDuplicateNameAfterANUL", method: "POST", path: "/admin/v1/tenants", body: []byte(`{"providers":{"simulator":{"k":"\u0000"}},"name":"Ada","name":"Evil","default_provider":"simulator"}`), headers: []string{"Authorization", admin, "Content-Type", "application/json"}, status: 400, code: "invalid_request"},
 		{name: "AdminDuplicateStatus", method: "PATCH", path: "/admin/v1/tenants/" + m.ID, body: []byte(`{"status":"active","status":"suspended"}`), headers: []string{"Authorization", admin, "Content-Type", "application/json"}, status: 400, code: "invalid_request"},
 
 		// Encodings: refused before anything inflates them, on every route.

@@ -84,13 +84,14 @@ func Decode(data []byte, v any) error {
 // without decoding: for callers that decode themselves (with their own
 // messages for type errors) and only need the strictness.
 //
-// Two passes, both without building values: escapes walks the bytes for
-// what a tokenizer lets through (\u escapes of NUL or of a lone surrogate,
-// nesting deeper than maxDepth); then jsontext's tokenizer, which refuses
-// malformed JSON, invalid UTF-8 and a member name twice in one object,
-// walks the members against the type for unknown and case-folded names.
-// (encoding/json's Decoder.Token, which this used before, allocated every
-// token and was a tenth of a new payment's CPU in the gateway.)
+// Two passes, both without building values: jsontext's tokenizer, which
+// refuses malformed JSON, invalid UTF-8 and a member name twice in one
+// object, walks the members against the type for unknown and case-folded
+// names; then escapes walks the bytes for what a tokenizer lets through
+// (\u escapes of NUL or of a lone surrogate, nesting deeper than
+// maxDepth). (encoding/json's Decoder.Token, which this used before,
+// allocated every token and was a tenth of a new payment's CPU in the
+// gateway.)
 func Check(data []byte, v any) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
@@ -102,9 +103,25 @@ func Check(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return &Error{Encoding, "is not valid UTF-8"}
 	}
-	if err := escapes(data); err != nil {
+	// The names first: a caller that tolerates some refusals (tenants'
+	// field-level answers for NULs) must still learn of every duplicate
+	// or case-folded name, wherever a NUL stands. The byte pass's
+	// findings come after, and before a mere syntax error (the tokenizer
+	// reads a lone surrogate escape as malformed).
+	err := walk(data, rv.Type().Elem())
+	if err == nil || err.Kind == Malformed {
+		if e := escapes(data); e != nil {
+			return e
+		}
+	}
+	if err != nil {
 		return err
 	}
+	return nil // not err: a nil *Error is a non-nil error
+}
+
+// walk checks data's tokens against t, the type it decodes into.
+func walk(data []byte, t reflect.Type) *Error {
 	w := walker{dec: jsontext.NewDecoder(bytes.NewReader(data))}
 	tok, err := w.token()
 	if err != nil {
@@ -113,7 +130,7 @@ func Check(data []byte, v any) error {
 	if tok.Kind() != '{' {
 		return &Error{Malformed, "must be a JSON object"}
 	}
-	if err := w.object(rv.Type().Elem()); err != nil {
+	if err := w.object(t); err != nil {
 		return err
 	}
 	if _, err := w.dec.ReadToken(); !errors.Is(err, io.EOF) {
@@ -129,7 +146,7 @@ func Check(data []byte, v any) error {
 // U+FFFD: another string than the one sent), and nesting deeper than
 // maxDepth (an attack on a parser's stack). Malformed JSON passes; the
 // tokenizer refuses it with a better message.
-func escapes(data []byte) error {
+func escapes(data []byte) *Error {
 	inString := false
 	depth := 0
 	for i := 0; i < len(data); i++ {
@@ -205,7 +222,7 @@ func hex4(data []byte, i int) (rune, bool) {
 // encoding/json ever sees it.
 type walker struct{ dec *jsontext.Decoder }
 
-func (w walker) token() (jsontext.Token, error) {
+func (w walker) token() (jsontext.Token, *Error) {
 	tok, err := w.dec.ReadToken()
 	if err != nil {
 		return tok, syntaxError(err)
@@ -214,7 +231,7 @@ func (w walker) token() (jsontext.Token, error) {
 }
 
 // syntaxError is the tokenizer's refusal as an *Error.
-func syntaxError(err error) error {
+func syntaxError(err error) *Error {
 	var syn *jsontext.SyntacticError
 	if !errors.As(err, &syn) {
 		return &Error{Malformed, "is not valid JSON"}
@@ -228,7 +245,7 @@ func syntaxError(err error) error {
 // value walks one value whose first token is tok, expected to fit t (nil:
 // anything). Only values whose type holds a struct are walked token by
 // token; the rest are skipped, which still checks their syntax and names.
-func (w walker) value(tok jsontext.Token, t reflect.Type) error {
+func (w walker) value(tok jsontext.Token, t reflect.Type) *Error {
 	k := tok.Kind()
 	if k != '{' && k != '[' {
 		return nil
@@ -295,7 +312,7 @@ func holdsStruct(t reflect.Type) bool {
 }
 
 // object walks the members of an object after its '{'.
-func (w walker) object(t reflect.Type) error {
+func (w walker) object(t reflect.Type) *Error {
 	var fields map[string]reflect.Type
 	var elem reflect.Type
 	if t != nil {
@@ -333,7 +350,7 @@ func (w walker) object(t reflect.Type) error {
 }
 
 // next reads the next value and walks it as a t.
-func (w walker) next(t reflect.Type) error {
+func (w walker) next(t reflect.Type) *Error {
 	tok, err := w.token()
 	if err != nil {
 		return err

@@ -64,6 +64,10 @@ func TestDecode(t *testing.T) {
 		{"EscapedBackslashThenU0000", `{"currency":"\\u0000"}`, ""},
 		{"SyntaxInsideAnyValue", `{"amount":[1,}`, "not valid JSON"},
 		{"UnclosedObject", `{"amount":1`, "not valid JSON"},
+		{"CaseFoldedAfterANUL", `{"metadata":{"k":"\u0000"},"currency":"NGN","CURRENCY":"USD"}`, `must be written "currency"`},
+		{"DuplicateAfterANUL", `{"metadata":{"k":"\u0000"},"currency":"NGN","currency":"USD"}`, `"currency" twice`},
+		{"DuplicateAfterDeepNesting", `{"amount":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `,"currency":"NGN","currency":"USD"}`, `"currency" twice`},
+		{"LoneSurrogateBeforeASyntaxError", `{"currency":"\ud800","amount":}`, "unpaired"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -25,14 +26,21 @@ import (
 // and vars are of the plain kinds the hot path uses: on PostgreSQL, '?'
 // placeholders, vars that are values (bound as $n) or clause.Expr (rendered
 // in place, recursively), one var per placeholder. Anything else — named
-// ('@') parameters, slices that GORM expands into lists, columns, other
-// clause expressions, sub-queries, another dialect — goes to db.Raw
-// unchanged.
+// ('@') parameters, slices that GORM expands into lists (a []byte too,
+// where GORM's builder does: right after '(' or in an Expr
+// WithoutParentheses), columns, other clause expressions, sub-queries, a
+// leading pgx.QueryExecMode, another dialect — goes to db.Raw unchanged.
+//
+// One difference is deliberate: db.Raw on a statement that already holds
+// vars (an instance reused without a new Session) keeps them and numbers
+// its placeholders after them; Raw starts the statement's vars afresh.
+// The stores call it on a new instance (db.WithContext), where the two
+// agree.
 func Raw(db *gorm.DB, query string, vars ...any) *gorm.DB {
-	if db.Dialector.Name() != "postgres" || strings.IndexByte(query, '@') >= 0 {
+	if db.Dialector.Name() != "postgres" {
 		return db.Raw(query, vars...)
 	}
-	size, binds, ok := measure(query, vars)
+	size, binds, ok := renders(query, vars)
 	if !ok {
 		return db.Raw(query, vars...)
 	}
@@ -44,21 +52,46 @@ func Raw(db *gorm.DB, query string, vars ...any) *gorm.DB {
 	return tx
 }
 
+// renders reports whether Raw renders query and vars itself on
+// PostgreSQL, and measures them.
+func renders(query string, vars []any) (size, binds int, ok bool) {
+	if strings.IndexByte(query, '@') >= 0 {
+		return 0, 0, false // named parameters
+	}
+	if len(vars) > 0 {
+		if _, ok := vars[0].(pgx.QueryExecMode); ok {
+			return 0, 0, false // the dialect numbers the others from $0
+		}
+	}
+	return measure(query, vars, false)
+}
+
 // measure checks that query and vars are of the kinds Raw renders itself,
 // and returns the length of their text and how many values they bind.
-func measure(query string, vars []any) (size, binds int, ok bool) {
+// bare is an Expr's WithoutParentheses.
+func measure(query string, vars []any, bare bool) (size, binds int, ok bool) {
 	if strings.Count(query, "?") != len(vars) {
 		// GORM writes surplus placeholders literally and appends surplus
 		// vars as named args.
 		return 0, 0, false
 	}
 	size = len(query) - len(vars)
+	rest := query
+	afterParenthesis := false
 	for _, v := range vars {
+		i := strings.IndexByte(rest, '?')
+		// GORM's builder remembers whether the last byte it wrote was '('
+		// (placeholders write none), and there, or in a bare Expr, it
+		// expands any slice, a []byte included, into a list.
+		if i > 0 {
+			afterParenthesis = rest[i-1] == '('
+		}
+		rest = rest[i+1:]
 		switch v := v.(type) {
-		case gorm.Valuer, clause.Column, clause.Table, clause.Interface, sql.NamedArg, []any:
+		case gorm.Valuer, clause.Column, clause.Table, clause.Interface, sql.NamedArg, []any, *gorm.DB:
 			return 0, 0, false
 		case clause.Expr:
-			n, b, ok := measure(v.SQL, v.Vars)
+			n, b, ok := measure(v.SQL, v.Vars, v.WithoutParentheses)
 			if !ok {
 				return 0, 0, false
 			}
@@ -66,7 +99,11 @@ func measure(query string, vars []any) (size, binds int, ok bool) {
 			continue
 		case clause.Expression:
 			return 0, 0, false
-		case driver.Valuer, []byte, nil:
+		case driver.Valuer, nil:
+		case []byte:
+			if afterParenthesis || bare {
+				return 0, 0, false
+			}
 		default:
 			if k := reflect.TypeOf(v).Kind(); k == reflect.Slice || k == reflect.Array {
 				return 0, 0, false // expanded into a list by GORM (or "(NULL)" when empty)

@@ -1,12 +1,14 @@
 package rawsql_test
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -26,7 +28,9 @@ func dryRun(t testing.TB) *gorm.DB {
 
 type gormValuer struct{}
 
-func (gormValuer) GormValue(_ any, _ *gorm.DB) clause.Expr { return clause.Expr{SQL: "now()"} }
+func (gormValuer) GormValue(context.Context, *gorm.DB) clause.Expr { return clause.Expr{SQL: "now()"} }
+
+var _ gorm.Valuer = gormValuer{}
 
 // The contract: whatever Raw is given, GORM sees the statement db.Raw would
 // have built — the same text and the same values in the same order.
@@ -59,6 +63,14 @@ func TestRawBuildsWhatGORMBuilds(t *testing.T) {
 		{"surplus vars", "SELECT ?", []any{1, 2}, false},
 		{"surplus placeholders", "SELECT ?, ?", []any{1}, false},
 		{"a slice inside an expression", "SELECT (?)", []any{clause.Expr{SQL: "? IN ?", Vars: []any{1, []int{1, 2}}}}, false},
+		{"bytes right after a parenthesis, which GORM splits", "SELECT (?)", []any{[]byte("ab")}, false},
+		{"empty bytes right after a parenthesis, which GORM binds as NULL", "VALUES (?)", []any{[]byte{}}, false},
+		{"bytes after a parenthesis and a placeholder", "VALUES (?, ?)", []any{1, []byte("ab")}, true},
+		{"bytes after a parenthesis and two placeholders", "VALUES (??)", []any{1, []byte("ab")}, false},
+		{"bytes in a bare expression", "SELECT ?", []any{clause.Expr{SQL: "?", Vars: []any{[]byte("ab")}, WithoutParentheses: true}}, false},
+		{"a value in a bare expression", "SELECT ?", []any{clause.Expr{SQL: "?", Vars: []any{"ab"}, WithoutParentheses: true}}, true},
+		{"a sub-query", "SELECT * FROM t WHERE id = (?)", []any{db.Table("u").Select("id")}, false},
+		{"a leading query exec mode", "SELECT ?, ?", []any{pgx.QueryExecModeSimpleProtocol, 1}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +78,7 @@ func TestRawBuildsWhatGORMBuilds(t *testing.T) {
 			got := rawsql.Raw(db, tc.query, tc.vars...).Statement
 			require.Equal(t, want.SQL.String(), got.SQL.String())
 			require.Equal(t, want.Vars, got.Vars)
+			require.Equal(t, tc.rendered, rawsql.Renders(tc.query, tc.vars...), "rendered by Raw itself")
 		})
 	}
 }
@@ -91,8 +104,10 @@ func FuzzRawBuildsWhatGORMBuilds(f *testing.F) {
 		vars := make([]any, n%6)
 		for i := range vars {
 			switch {
-			case nested && i%2 == 1:
-				vars[i] = clause.Expr{SQL: "(? + ?)", Vars: []any{i, "x"}}
+			case nested && i%3 == 1:
+				vars[i] = clause.Expr{SQL: "(? + ?)", Vars: []any{i, []byte("x")}, WithoutParentheses: i%2 == 0}
+			case i%3 == 2:
+				vars[i] = []byte("ab")
 			default:
 				vars[i] = i
 			}
