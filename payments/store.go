@@ -138,8 +138,22 @@ RETURNING created_at`
 // (inserted is false then, and nothing was written). It sets p.CreatedAt
 // (and p.UpdatedAt) to the database's time. A payment is inserted before
 // its provider is called: the transaction id is set later by the writes
-// that finish it, which also record it for GetByTransactionID.
+// that finish it, which also record it for GetByTransactionID; one that
+// has a transaction id already is recorded with it, in one transaction.
 func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
+	if p.ProviderTransactionID == "" {
+		return s.insertNew(ctx, tx, p)
+	}
+	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
+		if inserted, err = s.insertNew(ctx, tx, p); err != nil || !inserted {
+			return err
+		}
+		return s.recordTransaction(ctx, tx, p.MerchantID, p.ID, p.ProviderTransactionID)
+	})
+	return inserted && err == nil, err
+}
+
+func (s *Store) insertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
 	db := s.exec(ctx, tx)
 	rows, err := db.Raw(insertPayment,
 		p.ID, p.MerchantID, p.IdempotencyKey, p.Amount, p.Currency, p.Status, p.Provider,

@@ -40,6 +40,9 @@ func TestInsertNewStoresEveryField(t *testing.T) {
 		require.Greater(t, got.AgeSeconds, 0.0, "GetByKey reads the age by the database's clock")
 		got.AgeSeconds = 0
 		require.Equal(t, p, got)
+		byTxn, err := s.GetByTransactionID(ctx, "ten_every", "paystack", "txn_every")
+		require.NoError(t, err, "a payment inserted with its transaction id is found by it")
+		require.Equal(t, "pay_every", byTxn.ID)
 
 		again := p
 		again.ID, again.Amount = "pay_other", 1
