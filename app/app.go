@@ -19,6 +19,7 @@ import (
 	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/database/pipeline"
 	"github.com/oncepay/gateway/app/metrics"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/ratelimit"
@@ -82,7 +83,11 @@ type App struct {
 
 // New opens the database, applies migrations and builds the HTTP app.
 func New(cfg config.Config, log *slog.Logger) (*App, error) {
-	db, err := database.Open(cfg.DatabaseURL(), database.Options{MaxOpenConns: cfg.Database.MaxConns})
+	pipelined := cfg.Database.PipelineConns
+	if pipelined == 0 {
+		pipelined = -1 // off
+	}
+	db, err := database.Open(cfg.DatabaseURL(), database.Options{MaxOpenConns: cfg.Database.MaxConns, PipelineConns: pipelined})
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +156,12 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		}
 		a.Metrics = metrics.New(metrics.Options{DB: sqlDB, Providers: reg.Names(), Instance: cfg.Instance,
 			SharedLimits: cfg.Limits.RatePerSecond > 0 && cfg.Limits.RedisURL != ""})
+		if p := pipeline.Of(db); p != nil {
+			a.Metrics.WatchPipeline(func() (int64, int64, int64) {
+				s := p.Stats()
+				return s.Statements, s.Trips, s.Retried
+			})
+		}
 	}
 	var err error
 	if cfg.Limits.RatePerSecond > 0 {

@@ -176,6 +176,15 @@ func TestMetricsCountTrafficByRouteOutcomeProviderAndJob(t *testing.T) {
 		require.Greater(t, s.value(t, "oncepay_scheduler_last_run_timestamp_seconds", "job", "purge"), 0.0)
 	})
 
+	t.Run("DatabasePipeline", func(t *testing.T) {
+		// Each new payment's claim and completion went through it; one
+		// request at a time, every statement had a round trip to itself.
+		statements := s.value(t, "oncepay_db_pipeline_statements_total")
+		require.GreaterOrEqual(t, statements, 6.0, "claims and completions of the success, decline and lost answer")
+		require.Equal(t, statements, s.value(t, "oncepay_db_pipeline_round_trips_total"))
+		require.Equal(t, 0.0, s.value(t, "oncepay_db_pipeline_retried_batches_total"))
+	})
+
 	t.Run("PoolGoAndProcess", func(t *testing.T) {
 		require.Greater(t, s.value(t, "oncepay_go_sql_max_open_connections", "db_name", "gateway"), 0.0)
 		require.Contains(t, s, "oncepay_go_sql_in_use_connections")

@@ -100,7 +100,15 @@ type Database struct {
 	// charges already made does not wait for a pooled connection behind a
 	// crowd of new claims. Default: DefaultAdmitFactor × MaxConns.
 	AdmitClaims int
+	// PipelineConns are the PostgreSQL connections, besides the pool, on
+	// which concurrent requests' claims and completions share round trips
+	// and commits (DATABASE_PIPELINE_CONNS; 0 sends every statement on
+	// its own pooled connection).
+	PipelineConns int
 }
+
+// DefaultPipelineConns is DATABASE_PIPELINE_CONNS's default.
+const DefaultPipelineConns = 2
 
 // DefaultAdmitFactor is DATABASE_ADMIT_CLAIMS's default, per pooled
 // connection.
@@ -246,8 +254,9 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		Addr:    r.str("GATEWAY_ADDR", ":8080"),
 		DataDir: r.str("DATA_DIR", "data"),
 		Database: Database{
-			URL:      Secret(r.str("DATABASE_URL", "")),
-			MaxConns: r.int("DATABASE_MAX_CONNS", DefaultMaxConns(), 1, 1000),
+			URL:           Secret(r.str("DATABASE_URL", "")),
+			MaxConns:      r.int("DATABASE_MAX_CONNS", DefaultMaxConns(), 1, 1000),
+			PipelineConns: r.int("DATABASE_PIPELINE_CONNS", DefaultPipelineConns, 0, 64),
 		},
 		Auth: Auth{TokenTTL: r.dur("TOKEN_TTL", 15*time.Minute)},
 		Provider: Provider{

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/database/pipeline"
 	"github.com/oncepay/gateway/app/database/rawsql"
 )
 
@@ -175,7 +176,7 @@ func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error
 // errors.ErrUnsupported when c is not held (durable, or on SQLite): use
 // Persist.
 func (s *Store) PersistWith(ctx context.Context, c Claim, insert clause.Expr, dest ...any) (ok bool, err error) {
-	db := s.exec(ctx, nil)
+	db := pipeline.Session(s.exec(ctx, nil))
 	if !c.Held() || db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
 	}

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/database/pipeline"
 	"github.com/oncepay/gateway/app/database/rawsql"
 	"github.com/oncepay/gateway/app/secretbox"
 )
@@ -411,7 +412,7 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 // statement, each as a CTE that must itself apply only with write: its
 // condition names `resource` (EXISTS (SELECT 1 FROM resource)).
 func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr, also ...clause.Expr) (applied bool, err error) {
-	db := s.exec(ctx, nil)
+	db := pipeline.Session(s.exec(ctx, nil))
 	if db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/database/pipeline"
 	"github.com/oncepay/gateway/config"
 )
 
@@ -161,6 +162,7 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	l := &ledger{}
 	pool := countingPool{inner: db.ConnPool, l: l}
 	db.Config.ConnPool, db.Statement.ConnPool = pool, pool
+	require.True(t, pipeline.Wrap(db, func(p gorm.ConnPool) gorm.ConnPool { return countingPool{inner: p, l: l} }))
 	a, err := app.NewWithDB(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), db)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/database/pipeline"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
@@ -191,11 +193,9 @@ func literal(t *testing.T, v any) string {
 func TestCompletionIsAHotUpdate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.Postgres(t)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	// One backend, so the flush below is of the backend that updated.
-	sqlDB.SetMaxOpenConns(1)
+	// One backend for the pool and one for the pipeline, so the flushes
+	// below are of the backends that updated.
+	db := dbtest.PostgresWith(t, database.Options{MaxOpenConns: 1, PipelineConns: 1})
 	keys := idempotency.NewStore(db)
 	s := NewService(db, keys, nil, Config{})
 	for i, res := range []providers.Result{
@@ -211,6 +211,7 @@ func TestCompletionIsAHotUpdate(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, db.Exec("SELECT pg_stat_force_next_flush()").Error)
+	require.NoError(t, pipeline.Session(db).Exec("SELECT pg_stat_force_next_flush()").Error)
 	var updates, hot int64
 	require.NoError(t, db.Raw(`SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'payments'::regclass`).
 		Row().Scan(&updates, &hot))

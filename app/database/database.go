@@ -18,6 +18,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/oncepay/gateway/app/database/pipeline"
 )
 
 // Dialect names the SQL engine behind a *gorm.DB.
@@ -37,8 +39,15 @@ const LockTimeout = "2s"
 type Options struct {
 	MaxOpenConns int
 	MaxIdleConns int
-	Logger       *slog.Logger
+	// PipelineConns are the connections, besides the pool, that carry the
+	// hot path's single statements in shared round trips (app/database/
+	// pipeline); 0 takes the default, a negative number turns it off.
+	PipelineConns int
+	Logger        *slog.Logger
 }
+
+// DefaultPipelineConns is Options.PipelineConns's default.
+const DefaultPipelineConns = 2
 
 // IsPostgresURL reports whether url names a PostgreSQL server.
 func IsPostgresURL(url string) bool {
@@ -94,6 +103,15 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 		sqlDB.SetMaxIdleConns(maxIdle)
 		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 		sqlDB.SetConnMaxLifetime(30 * time.Minute)
+		if n := opt.PipelineConns; n >= 0 {
+			if n == 0 {
+				n = DefaultPipelineConns
+			}
+			if err := pipeline.Use(db, pipeline.New(pcfg, pipeline.Options{Conns: n})); err != nil {
+				_ = sqlDB.Close()
+				return nil, fmt.Errorf("database: pipeline: %w", err)
+			}
+		}
 		return db, nil
 	}
 	if dir := filepath.Dir(url); dir != "" {
@@ -137,8 +155,11 @@ func Ping(ctx context.Context, db *gorm.DB) error {
 	return sqlDB.PingContext(ctx)
 }
 
-// Close closes the pool.
+// Close closes the pool and the pipeline.
 func Close(db *gorm.DB) error {
+	if p := pipeline.Of(db); p != nil {
+		p.Close()
+	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return err

@@ -248,6 +248,25 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestAge.Seconds())
 }
 
+// WatchPipeline exports what the database pipeline sent
+// (app/database/pipeline): statements over round trips is how many
+// requests share one, and retried batches are those the server refused a
+// statement of (each then ran alone).
+func (m *Metrics) WatchPipeline(stats func() (statements, trips, retried int64)) {
+	counter := func(name, help string, pick func(s, t, r int64) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "db_pipeline", Name: name, Help: help},
+			func() float64 { return float64(pick(stats())) })
+	}
+	m.r.MustRegister(
+		counter("statements_total", "Statements sent through the database pipeline (new payments' claims and completions).",
+			func(s, _, _ int64) int64 { return s }),
+		counter("round_trips_total", "Round trips (and commits) those statements took: statements_total / round_trips_total is how many shared one.",
+			func(_, t, _ int64) int64 { return t }),
+		counter("retried_batches_total", "Batches the server refused a statement of; each of their statements then ran alone.",
+			func(_, _, r int64) int64 { return r }),
+	)
+}
+
 // Registry is where the collectors live, for tests and extra collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

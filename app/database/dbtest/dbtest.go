@@ -36,7 +36,7 @@ func BaseURL() string {
 func PostgresURL(t testing.TB) string {
 	t.Helper()
 	base := BaseURL()
-	admin, err := database.Open(base, database.Options{MaxOpenConns: 2})
+	admin, err := database.Open(base, database.Options{MaxOpenConns: 2, PipelineConns: -1})
 	if err != nil {
 		t.Fatalf("dbtest: %v (is PostgreSQL running? set TEST_DATABASE_URL)", err)
 	}
@@ -58,7 +58,7 @@ func PostgresURL(t testing.TB) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	dsn := u.String()
-	db := open(t, dsn, 2)
+	db := open(t, dsn, database.Options{MaxOpenConns: 2, PipelineConns: -1})
 	if _, err := database.Migrate(db); err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -69,14 +69,20 @@ func PostgresURL(t testing.TB) string {
 // Postgres returns a connection pool on a fresh migrated schema.
 func Postgres(t testing.TB) *gorm.DB {
 	t.Helper()
-	return open(t, PostgresURL(t), 0)
+	return open(t, PostgresURL(t), database.Options{})
+}
+
+// PostgresWith is Postgres with the pool sized by o.
+func PostgresWith(t testing.TB, o database.Options) *gorm.DB {
+	t.Helper()
+	return open(t, PostgresURL(t), o)
 }
 
 // SQLitePath returns the path of a fresh migrated SQLite file.
 func SQLitePath(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.db")
-	db := open(t, path, 0)
+	db := open(t, path, database.Options{})
 	if _, err := database.Migrate(db); err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -87,7 +93,7 @@ func SQLitePath(t testing.TB) string {
 // SQLite returns a fresh migrated SQLite database.
 func SQLite(t testing.TB) *gorm.DB {
 	t.Helper()
-	return open(t, SQLitePath(t), 0)
+	return open(t, SQLitePath(t), database.Options{})
 }
 
 // Each runs f once per engine, as subtests "postgres" and "sqlite", for the
@@ -104,9 +110,9 @@ func Each(t *testing.T, f func(t *testing.T, db *gorm.DB)) {
 	})
 }
 
-func open(t testing.TB, dsn string, maxOpen int) *gorm.DB {
+func open(t testing.TB, dsn string, o database.Options) *gorm.DB {
 	t.Helper()
-	db, err := database.Open(dsn, database.Options{MaxOpenConns: maxOpen})
+	db, err := database.Open(dsn, o)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}

@@ -1,0 +1,64 @@
+package pipeline
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+)
+
+const pluginName = "oncepay:pipeline"
+
+// plugin keeps a Pipeline in a gorm.DB's shared configuration, where every
+// session made from that DB finds it.
+type plugin struct {
+	p    *Pipeline
+	pool gorm.ConnPool
+}
+
+func (*plugin) Name() string              { return pluginName }
+func (*plugin) Initialize(*gorm.DB) error { return nil }
+
+// Use makes p the pipeline of db and of every session made from it.
+func Use(db *gorm.DB, p *Pipeline) error {
+	return db.Use(&plugin{p: p, pool: p.DB()})
+}
+
+// Of returns db's pipeline, or nil.
+func Of(db *gorm.DB) *Pipeline {
+	if pl, ok := db.Config.Plugins[pluginName].(*plugin); ok {
+		return pl.p
+	}
+	return nil
+}
+
+// Session returns db with its statements sent through db's pipeline; db
+// itself when it has none, or when it is a transaction (whose statements
+// must go on its own connection).
+func Session(db *gorm.DB) *gorm.DB {
+	pl, ok := db.Config.Plugins[pluginName].(*plugin)
+	if !ok {
+		return db
+	}
+	if _, tx := db.Statement.ConnPool.(gorm.TxCommitter); tx {
+		return db
+	}
+	ctx := db.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// A session with a context has its own copy of the statement, so
+	// setting its pool leaves db's alone.
+	s := db.Session(&gorm.Session{Context: ctx})
+	s.Statement.ConnPool = pl.pool
+	return s
+}
+
+// Wrap puts wrap(pool) in place of db's pipeline pool, for tests that
+// count what reaches PostgreSQL. It reports whether db has a pipeline.
+func Wrap(db *gorm.DB, wrap func(gorm.ConnPool) gorm.ConnPool) bool {
+	pl, ok := db.Config.Plugins[pluginName].(*plugin)
+	if ok {
+		pl.pool = wrap(pl.pool)
+	}
+	return ok
+}

@@ -1,0 +1,196 @@
+package pipeline_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/app/database/pipeline"
+)
+
+// start returns a pipeline of conns connections on a fresh schema with a
+// table t (k primary key), and its database/sql handle.
+func start(t *testing.T, conns int) (*pipeline.Pipeline, *sql.DB) {
+	t.Helper()
+	url := dbtest.PostgresURL(t)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	setup, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	_, err = setup.Exec(context.Background(), `CREATE TABLE t (k text PRIMARY KEY, n int NOT NULL DEFAULT 0)`)
+	require.NoError(t, err)
+	require.NoError(t, setup.Close(context.Background()))
+	p := pipeline.New(cfg, pipeline.Options{Conns: conns})
+	t.Cleanup(p.Close)
+	db := p.DB()
+	t.Cleanup(func() { _ = db.Close() })
+	return p, db
+}
+
+// crowd holds p's only connection busy for a moment, sends f(i) for i in
+// [0, n) while it is, and waits for all of them: the n statements find the
+// connection taken and go together once it is free.
+func crowd(t *testing.T, db *sql.DB, n int, f func(i int)) {
+	t.Helper()
+	held := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(`SELECT pg_sleep(0.4)`)
+		held <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the sleep is on the connection
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(i) }()
+	}
+	wg.Wait()
+	require.NoError(t, <-held)
+}
+
+func TestConcurrentStatementsShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	p, db := start(t, 1)
+	const n = 20
+	affected := make([]int64, n)
+	crowd(t, db, n, func(i int) {
+		// Two callers per key: ON CONFLICT decides between them inside the
+		// batch exactly as it would across commits.
+		res, err := db.Exec(`INSERT INTO t (k) VALUES ($1) ON CONFLICT DO NOTHING`, fmt.Sprint("k", i/2))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		affected[i], _ = res.RowsAffected()
+	})
+	for i := 0; i < n; i += 2 {
+		require.EqualValues(t, 1, affected[i]+affected[i+1], "key k%d is won exactly once", i/2)
+	}
+	var count int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&count))
+	require.Equal(t, n/2, count)
+	s := p.Stats()
+	require.EqualValues(t, n+2, s.Statements)
+	require.Less(t, s.Trips, s.Statements-n/2, "statements that waited went together: %+v", s)
+	require.Zero(t, s.Retried)
+}
+
+// A statement the server refuses rolls its batch back: every other
+// statement of it is run again alone and applied exactly once, and the
+// refused one gets the server's error.
+func TestARefusedStatementCostsItsCompanyNothing(t *testing.T) {
+	t.Parallel()
+	p, db := start(t, 1)
+	const n = 12
+	errs := make([]error, n)
+	crowd(t, db, n, func(i int) {
+		if i == n/2 {
+			_, errs[i] = db.Exec(`INSERT INTO t (k, n) VALUES ('bad', 1 / $1)`, 0)
+			return
+		}
+		_, errs[i] = db.Exec(`INSERT INTO t (k, n) VALUES ($1, 1)`, fmt.Sprint("k", i))
+	})
+	for i, err := range errs {
+		if i == n/2 {
+			var pg *pgconn.PgError
+			require.True(t, errors.As(err, &pg), "%v", err)
+			require.Equal(t, "22012", pg.Code, "division_by_zero")
+			continue
+		}
+		require.NoError(t, err, "statement %d", i)
+	}
+	var count, sum int
+	require.NoError(t, db.QueryRow(`SELECT count(*), coalesce(sum(n), 0) FROM t`).Scan(&count, &sum))
+	require.Equal(t, n-1, count)
+	require.Equal(t, n-1, sum)
+	require.Positive(t, p.Stats().Retried, "the crowd went as one batch, and it was retried")
+}
+
+// Rows come back as database/sql values of every common type, NULLs
+// included.
+func TestRowsAndTypes(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 2)
+	at := time.Date(2026, 12, 6, 10, 0, 0, 123456000, time.UTC)
+	var (
+		n     int64
+		s     string
+		b     []byte
+		ts    time.Time
+		null  sql.NullString
+		ok    bool
+		f     float64
+		count int
+	)
+	require.NoError(t, db.QueryRow(`SELECT 42::int8, 'ada'::text, '\x00ff'::bytea, $1::timestamptz, NULL::text, true, 1.5::float8`, at).
+		Scan(&n, &s, &b, &ts, &null, &ok, &f))
+	require.Equal(t, int64(42), n)
+	require.Equal(t, "ada", s)
+	require.Equal(t, []byte{0, 0xff}, b)
+	require.True(t, at.Equal(ts), "%v", ts)
+	require.False(t, null.Valid)
+	require.True(t, ok)
+	require.Equal(t, 1.5, f)
+	rows, err := db.Query(`SELECT g FROM generate_series(1, 3) g`)
+	require.NoError(t, err)
+	for rows.Next() {
+		count++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 3, count)
+	_, err = db.Begin()
+	require.Error(t, err, "no transactions on the pipeline")
+}
+
+func TestClosedPipelineRefuses(t *testing.T) {
+	t.Parallel()
+	p, db := start(t, 1)
+	require.NoError(t, db.QueryRow(`SELECT 1`).Err())
+	p.Close()
+	require.Error(t, db.QueryRow(`SELECT 1`).Err())
+}
+
+// A caller whose context ends first stops waiting; the others are not
+// disturbed.
+func TestCallerContext(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := db.ExecContext(ctx, `SELECT pg_sleep(0.3)`)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "the lane is fine after its caller left")
+}
+
+// Session sends a GORM statement through the pipeline — never one of a
+// transaction, which has its own connection.
+func TestSession(t *testing.T) {
+	t.Parallel()
+	db := dbtest.PostgresWith(t, database.Options{PipelineConns: 1})
+	p := pipeline.Of(db)
+	require.NotNil(t, p)
+	var n int
+	require.NoError(t, pipeline.Session(db).Raw(`SELECT 7`).Scan(&n).Error)
+	require.Equal(t, 7, n)
+	require.EqualValues(t, 1, p.Stats().Statements)
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		return pipeline.Session(tx).Exec(`SELECT 1`).Error
+	}))
+	require.EqualValues(t, 1, p.Stats().Statements, "a transaction's statement stays on its connection")
+	require.NoError(t, db.Raw(`SELECT 1`).Scan(&n).Error)
+	require.EqualValues(t, 1, p.Stats().Statements, "the pool is not the pipeline")
+
+	off := dbtest.PostgresWith(t, database.Options{PipelineConns: -1})
+	require.Nil(t, pipeline.Of(off))
+	require.Same(t, off, pipeline.Session(off))
+}
