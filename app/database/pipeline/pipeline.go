@@ -20,6 +20,11 @@
 // whether it committed is unknown, exactly as for one statement whose
 // connection broke.
 //
+// A statement that must wait for a row lock does not hold its company:
+// the pipeline's connections give up on a lock after BatchLockTimeout, and
+// such a statement is run again on an ordinary connection, where it waits
+// as long as it would have anyway.
+//
 // Only statements that stand alone belong here (the claim and ledger row
 // of a new payment, its completion): each must be correct whether it
 // commits alone or with others, which holds for statements that touch
@@ -28,6 +33,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -38,12 +44,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // timeout bounds one batch (or, after a failed batch, each of its
-// statements run alone). Every statement also has the connection's
-// lock_timeout; this is the bound for a server that stops answering.
+// statements run alone). Every statement also has a lock_timeout; this is
+// the bound for a server that stops answering.
 const timeout = 30 * time.Second
+
+// idleCheck is how long a lane's connection may sit unused before it is
+// pinged ahead of its next batch (PostgreSQL may have restarted since).
+const idleCheck = time.Second
 
 // Options size a Pipeline. Zero values take the defaults.
 type Options struct {
@@ -52,16 +64,25 @@ type Options struct {
 	Conns int
 	// MaxBatch bounds the statements of one round trip (default 32).
 	MaxBatch int
+	// BatchLockTimeout is the longest a statement waits for a row lock
+	// on the pipeline's connections (default 100ms): a waiting statement
+	// would hold its whole batch's commit and its lane, so it gives up
+	// early, its batch is rolled back and run again statement by
+	// statement, and the one that must wait does so on an ordinary
+	// connection with the config's own lock_timeout.
+	BatchLockTimeout time.Duration
 }
 
 // Pipeline groups statements onto a few connections.
 type Pipeline struct {
 	cfg      *pgx.ConnConfig
+	patient  *sql.DB // for statements that must wait for a lock (see alone1)
 	max      int
 	queue    chan *call
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	stopOnce sync.Once
+	db       *sql.DB
 
 	mu    sync.Mutex
 	stats Stats
@@ -77,6 +98,7 @@ type Stats struct {
 type call struct {
 	sql  string
 	args []any
+	exec bool // from ExecContext: no rows wanted
 	res  result
 	done chan struct{}
 }
@@ -86,8 +108,13 @@ type call struct {
 type result struct {
 	cols []string
 	rows [][]driver.Value
-	tag  pgconn.CommandTag
-	err  error
+	// affected is the rows the statement inserted, updated or deleted
+	affected int64
+	err      error
+	read     bool // err is of a value, after the statement ran (see collect)
+	// patient: the statement gave up waiting for a lock under the
+	// pipeline's short timeout; its caller runs it again (see alone1).
+	patient bool
 }
 
 // New starts a pipeline over connections made from cfg (dialled when first
@@ -99,7 +126,19 @@ func New(cfg *pgx.ConnConfig, o Options) *Pipeline {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 32
 	}
-	p := &Pipeline{cfg: cfg, max: o.MaxBatch, queue: make(chan *call), stop: make(chan struct{})}
+	if o.BatchLockTimeout <= 0 {
+		o.BatchLockTimeout = 100 * time.Millisecond
+	}
+	lanes := cfg.Copy()
+	lanes.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", o.BatchLockTimeout.Milliseconds())
+	p := &Pipeline{cfg: lanes, patient: stdlib.OpenDB(*cfg), max: o.MaxBatch,
+		queue: make(chan *call), stop: make(chan struct{})}
+	p.db = sql.OpenDB(connector{p})
+	// The connections database/sql holds are handles to p, not to
+	// PostgreSQL: as many as there are callers waiting.
+	p.db.SetMaxIdleConns(64)
+	p.patient.SetMaxOpenConns(o.Conns)
+	p.patient.SetMaxIdleConns(1)
 	for range o.Conns {
 		p.wg.Add(1)
 		go p.lane()
@@ -112,6 +151,8 @@ func New(cfg *pgx.ConnConfig, o Options) *Pipeline {
 func (p *Pipeline) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.wg.Wait()
+	_ = p.db.Close()
+	_ = p.patient.Close()
 }
 
 // Stats returns the counts so far.
@@ -127,8 +168,8 @@ var errClosed = errors.New("pipeline: closed")
 // the statement may still run (and commit): ctx's error then means, as
 // for a statement whose connection was cancelled, that the outcome is
 // unknown.
-func (p *Pipeline) do(ctx context.Context, query string, args []any) result {
-	c := &call{sql: query, args: args, done: make(chan struct{})}
+func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) result {
+	c := &call{sql: query, args: args, exec: exec, done: make(chan struct{})}
 	select {
 	case p.queue <- c:
 	case <-p.stop:
@@ -138,6 +179,9 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any) result {
 	}
 	select {
 	case <-c.done:
+		if c.res.patient {
+			return p.patiently(ctx, c)
+		}
 		return c.res
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
@@ -149,6 +193,7 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any) result {
 func (p *Pipeline) lane() {
 	defer p.wg.Done()
 	var conn *pgx.Conn
+	var used time.Time
 	defer func() {
 		if conn != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -174,19 +219,36 @@ func (p *Pipeline) lane() {
 				break more
 			}
 		}
-		if conn == nil || conn.IsClosed() {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			var err error
-			conn, err = pgx.ConnectConfig(ctx, p.cfg)
-			cancel()
-			if err != nil {
-				conn = nil
-				answer(batch, fmt.Errorf("pipeline: connect: %w", err))
-				continue
-			}
+		conn = p.ready(conn, used)
+		if conn == nil {
+			answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+			continue
 		}
 		p.run(conn, batch)
+		used = time.Now()
 	}
+}
+
+// ready returns conn if it is usable, or a new connection (nil if none
+// can be made). One idle for a while is pinged first: a restart of
+// PostgreSQL closes it from the other end, and the batch sent on it would
+// fail for no fault of its statements.
+func (p *Pipeline) ready(conn *pgx.Conn, used time.Time) *pgx.Conn {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if conn != nil && !conn.IsClosed() && time.Since(used) > idleCheck {
+		if err := conn.Ping(ctx); err != nil {
+			_ = conn.Close(ctx)
+		}
+	}
+	if conn != nil && !conn.IsClosed() {
+		return conn
+	}
+	conn, err := pgx.ConnectConfig(ctx, p.cfg)
+	if err != nil {
+		return nil
+	}
+	return conn
 }
 
 func answer(batch []*call, err error) {
@@ -202,8 +264,7 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
 	defer cancel()
 	if len(batch) == 1 {
 		p.count(1, 1, 0)
-		batch[0].res = query(ctx, conn, batch[0])
-		close(batch[0].done)
+		p.alone1(ctx, conn, batch[0])
 		return
 	}
 	var b pgx.Batch
@@ -211,37 +272,139 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
 		b.Queue(c.sql, c.args...)
 	}
 	br := conn.SendBatch(ctx, &b)
-	failed := false
+	var sent error // the first error of a statement, as the server or pgx gave it
 	for _, c := range batch {
 		rows, err := br.Query()
-		c.res = collect(conn, rows, err)
-		failed = failed || c.res.err != nil
+		if err != nil {
+			sent = cmp.Or(sent, err)
+			continue
+		}
+		// A column that cannot be read is this caller's error alone,
+		// handed over once the batch has committed (its statement did
+		// run), as a scan error is after an autocommit statement.
+		c.res = collect(conn, rows)
+		if c.res.err != nil && !c.res.read {
+			sent = cmp.Or(sent, c.res.err)
+		}
 	}
-	err := br.Close()
+	sent = cmp.Or(br.Close(), sent)
 	p.count(int64(len(batch)), 1, 0)
 	switch {
-	case err == nil && !failed:
+	case sent == nil && idle(conn):
 		for _, c := range batch {
 			close(c.done)
 		}
-	case conn.IsClosed():
-		// The connection broke (or the batch timed out, which closes
-		// it): the batch may or may not have committed.
-		if err == nil {
-			err = errors.New("connection closed")
-		}
-		answer(batch, fmt.Errorf("pipeline: %w", err))
-	default:
-		// A statement failed — in the server, or in pgx before it was
-		// sent — so the batch never reached its commit and nothing of it
-		// happened: each statement runs again alone and gets the answer
-		// it would have had without company.
+	case refused(conn, sent):
+		// The server refused a statement (a lock it would not wait for
+		// in company, a constraint, a deadlock) and rolled the batch
+		// back: nothing of it happened, so each statement runs again
+		// alone and gets the answer it would have had without company.
 		p.count(0, int64(len(batch)), 1)
 		for _, c := range batch {
-			c.res = query(ctx, conn, c)
-			close(c.done)
+			p.alone1(ctx, conn, c)
+		}
+	default:
+		// The connection broke, pgx failed, or a statement left a
+		// transaction open: whether the batch committed is unknown (or it
+		// must not), so every caller gets the error, as for one statement
+		// whose connection broke. The connection is not used again.
+		if sent == nil {
+			sent = errors.New("a statement left a transaction open")
+		}
+		_ = conn.Close(ctx)
+		answer(batch, fmt.Errorf("pipeline: %w", sent))
+	}
+}
+
+// alone1 runs c alone, in its own implicit transaction, and answers it.
+// A statement that gave up waiting for a row lock (the short timeout of
+// the pipeline's connections) is handed back to its caller to run on a
+// connection of its own, with the ordinary lock_timeout (see do): it
+// waits as it would have without the pipeline, and the lane goes on.
+func (p *Pipeline) alone1(ctx context.Context, conn *pgx.Conn, c *call) {
+	c.res = single(ctx, conn, c)
+	if lockTimedOut(c.res.err) && idle(conn) {
+		c.res = result{patient: true}
+	}
+	close(c.done)
+}
+
+// patiently runs c on the pipeline's own small pool of ordinary
+// connections (made from the config it was given, lock_timeout and all).
+func (p *Pipeline) patiently(ctx context.Context, c *call) result {
+	p.count(0, 1, 0)
+	if c.exec {
+		res, err := p.patient.ExecContext(ctx, c.sql, c.args...)
+		if err != nil {
+			return result{err: err}
+		}
+		n, err := res.RowsAffected()
+		return result{affected: n, err: err}
+	}
+	rows, err := p.patient.QueryContext(ctx, c.sql, c.args...)
+	if err != nil {
+		return result{err: err}
+	}
+	defer rows.Close()
+	var r result
+	if r.cols, err = rows.Columns(); err != nil {
+		return result{err: err}
+	}
+	for rows.Next() {
+		row := make([]driver.Value, len(r.cols))
+		ptrs := make([]any, len(row))
+		for i := range row {
+			ptrs[i] = &row[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return result{err: err}
+		}
+		r.rows = append(r.rows, row)
+	}
+	if err := cmp.Or(rows.Err(), rows.Close()); err != nil {
+		return result{err: err}
+	}
+	return r
+}
+
+// single runs c alone on conn.
+func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
+	rows, err := conn.Query(ctx, c.sql, c.args...)
+	if err == nil {
+		r = collect(conn, rows)
+		err = r.err
+		if r.read {
+			err = nil
 		}
 	}
+	if err == nil && !idle(conn) {
+		err = errors.New("pipeline: a statement left a transaction open")
+		_ = conn.Close(ctx)
+	}
+	if err != nil {
+		return result{err: err}
+	}
+	return r
+}
+
+// lockTimedOut reports PostgreSQL's lock_not_available (55P03).
+func lockTimedOut(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "55P03"
+}
+
+// idle reports whether conn is outside any transaction, as every
+// statement of a pipeline must leave it.
+func idle(conn *pgx.Conn) bool {
+	return !conn.IsClosed() && conn.PgConn().TxStatus() == 'I'
+}
+
+// refused reports whether err is the server's refusal of a statement on a
+// connection that goes on: then the batch was rolled back and nothing of
+// it committed.
+func refused(conn *pgx.Conn, err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Severity != "FATAL" && pg.Severity != "PANIC" && idle(conn)
 }
 
 func (p *Pipeline) count(statements, trips, retried int64) {
@@ -252,17 +415,10 @@ func (p *Pipeline) count(statements, trips, retried int64) {
 	p.mu.Unlock()
 }
 
-// query runs one statement alone, in its own implicit transaction.
-func query(ctx context.Context, conn *pgx.Conn, c *call) result {
-	rows, err := conn.Query(ctx, c.sql, c.args...)
-	return collect(conn, rows, err)
-}
-
-// collect reads rows to the end, as database/sql values.
-func collect(conn *pgx.Conn, rows pgx.Rows, err error) result {
-	if err != nil {
-		return result{err: err}
-	}
+// collect reads rows to the end, as database/sql values. read is set
+// when the statement ran to its end and only a value could not be
+// converted.
+func collect(conn *pgx.Conn, rows pgx.Rows) result {
 	defer rows.Close()
 	fields := rows.FieldDescriptions()
 	var r result
@@ -271,24 +427,18 @@ func collect(conn *pgx.Conn, rows pgx.Rows, err error) result {
 		r.cols[i] = f.Name
 	}
 	m := conn.TypeMap()
+	var bad error
 	for rows.Next() {
 		raw := rows.RawValues()
 		row := make([]driver.Value, len(fields))
 		for i, f := range fields {
-			if raw[i] == nil {
+			if raw[i] == nil || bad != nil {
 				continue
 			}
-			t, ok := m.TypeForOID(f.DataTypeOID)
-			if !ok {
-				// An unregistered type (an extension's): its text, as
-				// pgx's database/sql driver gives it.
-				row[i] = string(raw[i])
-				continue
-			}
-			v, err := t.Codec.DecodeDatabaseSQLValue(m, f.DataTypeOID, f.Format, raw[i])
+			v, err := value(m, f, raw[i])
 			if err != nil {
-				rows.Close()
-				return result{err: err}
+				bad = fmt.Errorf("pipeline: column %q: %w", f.Name, err)
+				continue
 			}
 			row[i] = v
 		}
@@ -298,17 +448,36 @@ func collect(conn *pgx.Conn, rows pgx.Rows, err error) result {
 	if err := rows.Err(); err != nil {
 		return result{err: err}
 	}
-	r.tag = rows.CommandTag()
+	r.affected = rows.CommandTag().RowsAffected()
+	if bad != nil {
+		return result{err: bad, read: true}
+	}
 	return r
 }
 
-// DB returns a database/sql handle whose every statement goes through p.
-// It has no transactions (BeginTx fails) and no prepared statements: pgx
-// prepares and caches each statement on each connection anyway.
-func (p *Pipeline) DB() *sql.DB {
-	db := sql.OpenDB(connector{p})
-	// The connections database/sql holds are handles to p, not to
-	// PostgreSQL: as many as there are callers waiting.
-	db.SetMaxIdleConns(64)
-	return db
+// value converts one column's value as pgx's own database/sql driver
+// would, for the scalar types (numbers, text, bytea, booleans, times,
+// uuid, json). Anything else (arrays, composites, ranges) is refused
+// rather than handed over in its binary form.
+func value(m *pgtype.Map, f pgconn.FieldDescription, raw []byte) (driver.Value, error) {
+	t, ok := m.TypeForOID(f.DataTypeOID)
+	if !ok {
+		if f.Format == pgtype.TextFormatCode {
+			return string(raw), nil
+		}
+		return nil, fmt.Errorf("type %d is not supported here", f.DataTypeOID)
+	}
+	v, err := t.Codec.DecodeDatabaseSQLValue(m, f.DataTypeOID, f.Format, raw)
+	if err != nil {
+		return nil, err
+	}
+	if _, isBytes := v.([]byte); isBytes && f.Format == pgtype.BinaryFormatCode && f.DataTypeOID != pgtype.ByteaOID {
+		return nil, fmt.Errorf("type %s is not supported here", t.Name)
+	}
+	return v, nil
 }
+
+// DB returns the database/sql handle whose every statement goes through
+// p. It has no transactions (BeginTx fails) and no prepared statements:
+// pgx prepares and caches each statement on each connection anyway.
+func (p *Pipeline) DB() *sql.DB { return p.db }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -18,6 +19,15 @@ import (
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/app/database/pipeline"
 )
+
+var urls sync.Map // *sql.DB → its schema's URL
+
+func dbtestURL(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	u, ok := urls.Load(db)
+	require.True(t, ok)
+	return u.(string)
+}
 
 // start returns a pipeline of conns connections on a fresh schema with a
 // table t (k primary key), and its database/sql handle.
@@ -34,7 +44,7 @@ func start(t *testing.T, conns int) (*pipeline.Pipeline, *sql.DB) {
 	p := pipeline.New(cfg, pipeline.Options{Conns: conns})
 	t.Cleanup(p.Close)
 	db := p.DB()
-	t.Cleanup(func() { _ = db.Close() })
+	urls.Store(db, url)
 	return p, db
 }
 
@@ -167,9 +177,145 @@ func TestCallerContext(t *testing.T) {
 	_, db := start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := db.ExecContext(ctx, `SELECT pg_sleep(0.3)`)
+	_, err := db.ExecContext(ctx, `INSERT INTO t (k) SELECT 'late' FROM pg_sleep(0.3)`)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "the lane is fine after its caller left")
+	// Its statement was sent, so it ran: a caller that stops waiting does
+	// not know the outcome, as with a statement whose connection broke.
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t WHERE k = 'late'`).Scan(&n), "the lane is fine after its caller left")
+	require.Equal(t, 1, n)
+}
+
+// Every caller is answered only once its statement has committed: what
+// it was told, any other connection sees.
+func TestAnsweredOnlyOnceCommitted(t *testing.T) {
+	t.Parallel()
+	p, db := start(t, 1)
+	other, err := sql.Open("pgx", dbtestURL(t, db))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	const n = 16
+	crowd(t, db, n, func(i int) {
+		k := fmt.Sprint("k", i)
+		if _, err := db.Exec(`INSERT INTO t (k) VALUES ($1)`, k); err != nil {
+			t.Error(err)
+			return
+		}
+		var seen int
+		if err := other.QueryRow(`SELECT count(*) FROM t WHERE k = $1`, k).Scan(&seen); err != nil || seen != 1 {
+			t.Errorf("%s answered but not visible: %d %v", k, seen, err)
+		}
+	})
+	require.Less(t, p.Stats().Trips, p.Stats().Statements)
+}
+
+// A statement waiting for a row lock holds neither its batch nor its
+// lane: it gives up within the short lock timeout, everyone else is
+// answered at once, and the waiting one runs again on an ordinary
+// connection, with the ordinary lock_timeout, until the lock is released.
+func TestALockWaitHoldsNoOneElse(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresURL(t)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.RuntimeParams["lock_timeout"] = "20s"
+	ctx := context.Background()
+	locker, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	_, err = locker.Exec(ctx, `CREATE TABLE t (k text PRIMARY KEY, n int NOT NULL DEFAULT 0); INSERT INTO t VALUES ('hot', 0)`)
+	require.NoError(t, err)
+	p := pipeline.New(cfg, pipeline.Options{Conns: 1})
+	t.Cleanup(p.Close)
+	db := p.DB()
+
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM t WHERE k = 'hot' FOR UPDATE`)
+	require.NoError(t, err)
+
+	hot := make(chan error, 1)
+	others := make(chan error, 8)
+	crowd(t, db, 9, func(i int) {
+		if i == 0 {
+			go func() {
+				res, err := db.Exec(`UPDATE t SET n = n + 1 WHERE k = 'hot'`)
+				if err == nil {
+					if n, _ := res.RowsAffected(); n != 1 {
+						err = fmt.Errorf("rows affected %d, want 1", n)
+					}
+				}
+				hot <- err
+			}()
+			return
+		}
+		_, err := db.Exec(`INSERT INTO t (k) VALUES ($1)`, fmt.Sprint("k", i))
+		others <- err
+	})
+	// crowd returned: the eight inserts were answered while the lock is
+	// still held (a batch waiting on it would still be waiting).
+	for range 8 {
+		require.NoError(t, <-others)
+	}
+	select {
+	case err := <-hot:
+		t.Fatalf("the update finished while the row was locked: %v", err)
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-hot, "it waited, alone, for the lock")
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT n FROM t WHERE k = 'hot'`).Scan(&n))
+	require.Equal(t, 1, n, "applied once")
+}
+
+// A batch whose connection breaks is answered with the error, not retried
+// (whether it committed is unknown), and the lane reconnects for the next.
+// A connection PostgreSQL closed while it sat idle is found out before a
+// batch is sent on it.
+func TestBrokenConnections(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	var errs []error
+	var mu sync.Mutex
+	crowd(t, db, 4, func(i int) {
+		q := `SELECT 1`
+		if i == 0 {
+			q = `SELECT pg_terminate_backend(pg_backend_pid())`
+		}
+		_, err := db.Exec(q)
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	})
+	require.Contains(t, fmt.Sprint(errs), "terminating connection")
+	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "a new connection for the next statement")
+
+	var pid int
+	require.NoError(t, db.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
+	kill, err := sql.Open("pgx", dbtestURL(t, db))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = kill.Close() })
+	require.NoError(t, kill.QueryRow(`SELECT pg_terminate_backend($1)`, pid).Err())
+	time.Sleep(1200 * time.Millisecond) // longer than a lane waits before it checks
+	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "the lane found its connection closed before sending")
+}
+
+// What the pipeline cannot hand over faithfully it refuses: arrays, and a
+// transaction left open (the next statements would never commit).
+func TestRefusesWhatItCannotCarry(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	var s string
+	err := db.QueryRow(`SELECT ARRAY['a', 'b']`).Scan(&s)
+	require.ErrorContains(t, err, "not supported")
+	_, err = db.Exec(`BEGIN`)
+	require.ErrorContains(t, err, "transaction open")
+	_, err = db.Exec(`INSERT INTO t (k) VALUES ('after')`)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t WHERE k = 'after'`).Scan(&n))
+	require.Equal(t, 1, n, "committed: the open transaction did not survive")
 }
 
 // Session sends a GORM statement through the pipeline — never one of a
