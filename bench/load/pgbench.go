@@ -180,8 +180,9 @@ func ceilings(ctx context.Context, bin, dbURL string, o options, dir string) ([]
 // round is one run of new payments and the ceilings measured right after.
 type round struct {
 	new     result
-	seed    result   // the seed's bare handler, right after new; empty without it
-	ceiling []result // one per script; empty without pgbench
+	pool    poolDelta // the gateway's /metrics over new, for the pipeline's sharing
+	seed    result    // the seed's bare handler, right after new; empty without it
+	ceiling []result  // one per script; empty without pgbench
 }
 
 // ratio is new payments' rate as a fraction of script i's.

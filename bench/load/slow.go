@@ -160,11 +160,11 @@ func measureSlow(ctx context.Context, o options) (rep slowReport, err error) {
 			r := g.run(fmt.Sprintf("slow %d", i+1), o.slowClients, o.slowDuration)
 			runs[g.label] = r
 			gcpu, pcpu, ccpu := r.r.cpu.perRequest(len(r.r.latencies))
-			fmt.Fprintf(os.Stderr, "bench: slow round %d: %-8s %d clients %6.1f req/s (%.0f%% of %.0f/s)  p50 %v  p99 %v  max %v  first wave p50 %v p99 %v, steady p99 %v  pool waits %d (%.0f ms per request)  mean: client %.0f ms, handler %.0f ms, Charge %.0f ms  CPU per request: gateway %s, PostgreSQL %s, client %s\n",
+			fmt.Fprintf(os.Stderr, "bench: slow round %d: %-8s %d clients %6.1f req/s (%.0f%% of %.0f/s)  p50 %v  p99 %v  max %v  first wave p50 %v p99 %v, steady p99 %v  pool waits %d (%.0f ms per request)  statements per round trip %s  mean: client %.0f ms, handler %.0f ms, Charge %.0f ms  CPU per request: gateway %s, PostgreSQL %s, client %s\n",
 				i+1, g.label, o.slowClients, r.r.rate(), 100*r.r.rate()/rep.bound(o.slowClients), rep.bound(o.slowClients),
 				r.r.pct(.5).Round(time.Millisecond), r.r.pct(.99).Round(time.Millisecond), r.r.pct(1).Round(time.Millisecond),
 				pctOf(r.first, .5).Round(time.Millisecond), pctOf(r.first, .99).Round(time.Millisecond), pctOf(r.steady, .99).Round(time.Millisecond),
-				r.pool.count, r.pool.perRequest(len(r.r.latencies)), meanLatency(r.r), mean(r.pool.server, r.pool.serverN), mean(r.pool.provider, r.pool.providerN), us(gcpu), us(pcpu), us(ccpu))
+				r.pool.count, r.pool.perRequest(len(r.r.latencies)), r.pool.shared(), meanLatency(r.r), mean(r.pool.server, r.pool.serverN), mean(r.pool.provider, r.pool.providerN), us(gcpu), us(pcpu), us(ccpu))
 		}
 		rep.rounds = append(rep.rounds, runs)
 	}
@@ -335,13 +335,25 @@ type poolStats struct {
 	// simulator's sleep and its charge row), sums and counts.
 	server, provider   time.Duration
 	serverN, providerN int64
+	// The database pipeline's statements and the round trips they took
+	// (oncepay_db_pipeline_*): their ratio is how many requests shared one.
+	pipeStatements, pipeTrips int64
 }
 
 type poolDelta = poolStats
 
 func (a poolStats) sub(b poolStats) poolStats {
 	return poolStats{count: a.count - b.count, wait: a.wait - b.wait, open: a.open,
-		server: a.server - b.server, serverN: a.serverN - b.serverN, provider: a.provider - b.provider, providerN: a.providerN - b.providerN}
+		server: a.server - b.server, serverN: a.serverN - b.serverN, provider: a.provider - b.provider, providerN: a.providerN - b.providerN,
+		pipeStatements: a.pipeStatements - b.pipeStatements, pipeTrips: a.pipeTrips - b.pipeTrips}
+}
+
+// shared is the pipeline's statements per round trip ("–" without one).
+func (a poolStats) shared() string {
+	if a.pipeTrips == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", float64(a.pipeStatements)/float64(a.pipeTrips))
 }
 
 // mean is sum / n in ms.
@@ -399,6 +411,10 @@ func scrapePool(hc *fasthttp.HostClient, base string) (poolStats, error) {
 			s.wait = time.Duration(val * float64(time.Second))
 		case "go_sql_max_open_connections":
 			s.open = int64(val)
+		case "db_pipeline_statements_total":
+			s.pipeStatements = int64(val)
+		case "db_pipeline_round_trips_total":
+			s.pipeTrips = int64(val)
 		}
 	}
 	return s, sc.Err()
@@ -479,14 +495,14 @@ func renderSlow(b *strings.Builder, o options, rep slowReport) {
 	bound := rep.bound(rep.clients)
 	fmt.Fprintf(b, "\nSlow provider (issue 17): SIMULATOR_LATENCY=%s on every charge, the gateway's own pool default (DATABASE_MAX_CONNS unset), RATE_LIMIT_PER_SECOND=0; %d closed-loop clients, a new key per request, %s per round, client timeout %s. The bound is %d clients ÷ %s = **%.0f payments/s at %s**; what the gateway adds is the distance from it. Pool waits are database/sql's WaitCount and WaitDuration over the run (the gateway's /metrics).\n\n",
 		rep.latency, rep.clients, rep.dur, o.slowTimeout, rep.clients, rep.latency, bound, rep.latency)
-	b.WriteString("| gateway | round | req/s | of the bound | p50 | p99 | max | first wave p50 / p99 | steady p99 | not 201 | pool waits | pool wait per request | mean: client / handler / Charge | CPU per request: gateway / PostgreSQL / client | CPUs busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n")
+	b.WriteString("| gateway | round | req/s | of the bound | p50 | p99 | max | first wave p50 / p99 | steady p99 | not 201 | pool waits | pool wait per request | statements per round trip | mean: client / handler / Charge | CPU per request: gateway / PostgreSQL / client | CPUs busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n")
 	for _, label := range rep.labels {
 		for i, runs := range rep.rounds {
 			r := runs[label]
 			gcpu, pcpu, ccpu := r.r.cpu.perRequest(len(r.r.latencies))
-			fmt.Fprintf(b, "| %s | %d | %.0f | %.1f%% | %s | %s | %s | %s / %s | %s | %s | %d | %.1f ms | %s | %s / %s / %s | %s |\n", label, i+1, r.r.rate(), 100*r.r.rate()/bound,
+			fmt.Fprintf(b, "| %s | %d | %.0f | %.1f%% | %s | %s | %s | %s / %s | %s | %s | %d | %.1f ms | %s | %s | %s / %s / %s | %s |\n", label, i+1, r.r.rate(), 100*r.r.rate()/bound,
 				ms(r.r.pct(.5)), ms(r.r.pct(.99)), ms(r.r.pct(1)), ms(pctOf(r.first, .5)), ms(pctOf(r.first, .99)), ms(pctOf(r.steady, .99)),
-				notOK(r.r), r.pool.count, r.pool.perRequest(len(r.r.latencies)), means(r), us(gcpu), us(pcpu), us(ccpu), busy(r.r))
+				notOK(r.r), r.pool.count, r.pool.perRequest(len(r.r.latencies)), r.pool.shared(), means(r), us(gcpu), us(pcpu), us(ccpu), busy(r.r))
 		}
 	}
 	b.WriteString("\nMedians over the rounds (the first wave is the requests sent in a round's first 100 ms, all clients at once; the steady state those sent after three provider latencies):\n\n| gateway | req/s | of the bound | p50 | p99 | max | first wave p99 | steady p99 | pool wait per request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
