@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,7 +99,7 @@ func findPgbench(flag string) string {
 // per-transaction latencies from pgbench's own log (one line per script
 // run: client, transaction number, latency in µs, …), so percentiles are
 // computed the same way as for the gateway.
-func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d time.Duration, dir string) (result, error) {
+func runPgbench(ctx context.Context, bin, dbURL, script string, payments, conns int, d time.Duration, dir string) (result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return result{}, err
 	}
@@ -138,7 +139,10 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d tim
 				continue
 			}
 			if us, err := strconv.ParseInt(fs[2], 10, 64); err == nil {
-				lat = append(lat, time.Duration(us)*time.Microsecond)
+				// Each payment of the transaction waited as long as it.
+				for range payments {
+					lat = append(lat, time.Duration(us)*time.Microsecond)
+				}
 			}
 		}
 		f.Close()
@@ -155,9 +159,59 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, conns int, d tim
 // row included (on the simulator that row is written to the same
 // PostgreSQL, so the gateway's rate pays for it). The second leaves that
 // row out, as a real provider would keep it on its side.
-var scripts = []struct{ name, short, what, sql string }{
-	{"pgbench: same SQL as new", "the same SQL", "every statement of a new payment: claim and ledger row, the simulator's charge row, completion with its event (3 commits)", paymentSQL + simulatorSQL},
-	{"pgbench: without the simulator row", "the SQL without the simulator's row", "the same without the simulator's charge row (2 commits)", paymentSQL},
+//
+// The third is the same SQL as the gateway's database pipeline sends it
+// (app/database/pipeline): the claims of several payments in one round
+// trip and one commit, their charge rows in one statement (as the
+// simulator's batcher writes them), then their completions in one round
+// trip and one commit. Each of its transactions is pipelinedPayments
+// payments, and counts as that many.
+var scripts = []struct {
+	name, short, what, sql string
+	payments               int // payments per pgbench transaction (0: one)
+}{
+	{"pgbench: same SQL as new", "the same SQL", "every statement of a new payment: claim and ledger row, the simulator's charge row, completion with its event (3 commits)", paymentSQL + simulatorSQL, 0},
+	{"pgbench: without the simulator row", "the SQL without the simulator's row", "the same without the simulator's charge row (2 commits)", paymentSQL, 0},
+	{"pgbench: same SQL, pipelined", "the same SQL pipelined", fmt.Sprintf("the same SQL, %d payments per round trip and commit, as the gateway's pipeline sends it", pipelinedPayments), pipelinedSQL(pipelinedPayments), pipelinedPayments},
+}
+
+// pipelinedPayments is how many payments the pipelined script sends
+// together.
+const pipelinedPayments = 8
+
+// pipelinedSQL is paymentSQL and simulatorSQL for n payments at once: the
+// n claims in one pipeline and transaction, the n charge rows in one
+// INSERT (synchronous_commit off, as the simulator's batcher), the n
+// completions in one pipeline and transaction.
+func pipelinedSQL(n int) string {
+	body := paymentSQL[strings.Index(paymentSQL, "\n")+1:]
+	i := strings.Index(body[1:], "WITH claim AS (") + 1
+	claim, complete := body[:i], body[i:]
+	key := regexp.MustCompile(`:k\b`)
+	var b strings.Builder
+	each := func(stmt string) {
+		for j := range n {
+			b.WriteString(key.ReplaceAllString(stmt, fmt.Sprintf(":k%d", j)))
+		}
+	}
+	for j := range n {
+		fmt.Fprintf(&b, "\\set k%d random(1, 1000000000000000)\n", j)
+	}
+	b.WriteString("\\startpipeline\nBEGIN;\n")
+	each(claim)
+	b.WriteString("COMMIT;\n\\endpipeline\n")
+	b.WriteString("WITH async AS (SELECT set_config('synchronous_commit', 'off', true))\nINSERT INTO simulator_charges (reference, transaction_id, amount, currency, payment_method, status, created_at)\nSELECT v.* FROM async, (VALUES ")
+	for j := range n {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "('op-pgb-' || :client_id || '-' || :k%d, 'sim_' || :k%d, 5000, 'NGN', 'sim_success', 'succeeded', now())", j, j)
+	}
+	b.WriteString(") AS v(reference, transaction_id, amount, currency, payment_method, status, created_at)\nON CONFLICT DO NOTHING;\n")
+	b.WriteString("\\startpipeline\nBEGIN;\n")
+	each(complete)
+	b.WriteString("COMMIT;\n\\endpipeline\n")
+	return b.String()
 }
 
 // ceilings runs every script once, for o.duration each, with as many
@@ -165,7 +219,7 @@ var scripts = []struct{ name, short, what, sql string }{
 func ceilings(ctx context.Context, bin, dbURL string, o options, dir string) ([]result, error) {
 	var out []result
 	for i, s := range scripts {
-		r, err := runPgbench(ctx, bin, dbURL, s.sql, o.conns, o.duration, filepath.Join(dir, strconv.Itoa(i)))
+		r, err := runPgbench(ctx, bin, dbURL, s.sql, max(1, s.payments), o.conns, o.duration, filepath.Join(dir, strconv.Itoa(i)))
 		if err != nil {
 			return nil, err
 		}
