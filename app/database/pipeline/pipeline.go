@@ -76,7 +76,7 @@ type Options struct {
 // Pipeline groups statements onto a few connections.
 type Pipeline struct {
 	cfg      *pgx.ConnConfig
-	patient  *sql.DB // for statements that must wait for a lock (see alone1)
+	patient  *sql.DB // for statements that must wait for a lock (see answerAlone)
 	max      int
 	queue    chan *call
 	stop     chan struct{}
@@ -113,7 +113,7 @@ type result struct {
 	err      error
 	read     bool // err is of a value, after the statement ran (see collect)
 	// patient: the statement gave up waiting for a lock under the
-	// pipeline's short timeout; its caller runs it again (see alone1).
+	// pipeline's short timeout; its caller runs it again (see answerAlone).
 	patient bool
 }
 
@@ -224,7 +224,16 @@ func (p *Pipeline) lane() {
 			answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
 			continue
 		}
-		p.run(conn, batch)
+		if resend := p.run(conn, batch, true); resend {
+			// PostgreSQL had closed the connection before running any of
+			// it (a restart): nothing of the batch happened, so it goes
+			// once more on a new connection.
+			if conn = p.ready(nil, used); conn == nil {
+				answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+				continue
+			}
+			p.run(conn, batch, false)
+		}
 		used = time.Now()
 	}
 }
@@ -258,14 +267,21 @@ func answer(batch []*call, err error) {
 	}
 }
 
-// run sends batch on conn and answers every call in it.
-func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
+// run sends batch on conn and answers every call in it — except when
+// mayResend is set and the server ended the connection before any
+// statement of it ran: then it answers none and reports resend.
+func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) (resend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	p.count(int64(len(batch)), 1, 0)
 	if len(batch) == 1 {
-		p.count(1, 1, 0)
-		p.alone1(ctx, conn, batch[0])
-		return
+		c := batch[0]
+		c.res = single(ctx, conn, c)
+		if mayResend && endedFirst(c.res.err) {
+			return true
+		}
+		p.answerAlone(c, conn)
+		return false
 	}
 	var b pgx.Batch
 	for _, c := range batch {
@@ -273,22 +289,25 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
 	}
 	br := conn.SendBatch(ctx, &b)
 	var sent error // the first error of a statement, as the server or pgx gave it
+	ran := 0       // statements answered before it
 	for _, c := range batch {
 		rows, err := br.Query()
+		if err == nil {
+			// A column that cannot be read is this caller's error alone,
+			// handed over once the batch has committed (its statement did
+			// run), as a scan error is after an autocommit statement.
+			c.res = collect(conn, rows)
+			if c.res.err != nil && !c.res.read {
+				err = c.res.err
+			}
+		}
 		if err != nil {
 			sent = cmp.Or(sent, err)
-			continue
-		}
-		// A column that cannot be read is this caller's error alone,
-		// handed over once the batch has committed (its statement did
-		// run), as a scan error is after an autocommit statement.
-		c.res = collect(conn, rows)
-		if c.res.err != nil && !c.res.read {
-			sent = cmp.Or(sent, c.res.err)
+		} else if sent == nil {
+			ran++
 		}
 	}
 	sent = cmp.Or(br.Close(), sent)
-	p.count(int64(len(batch)), 1, 0)
 	switch {
 	case sent == nil && idle(conn):
 		for _, c := range batch {
@@ -301,8 +320,11 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
 		// alone and gets the answer it would have had without company.
 		p.count(0, int64(len(batch)), 1)
 		for _, c := range batch {
-			p.alone1(ctx, conn, c)
+			c.res = single(ctx, conn, c)
+			p.answerAlone(c, conn)
 		}
+	case mayResend && ran == 0 && endedFirst(sent):
+		return true
 	default:
 		// The connection broke, pgx failed, or a statement left a
 		// transaction open: whether the batch committed is unknown (or it
@@ -314,15 +336,25 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call) {
 		_ = conn.Close(ctx)
 		answer(batch, fmt.Errorf("pipeline: %w", sent))
 	}
+	return false
 }
 
-// alone1 runs c alone, in its own implicit transaction, and answers it.
-// A statement that gave up waiting for a row lock (the short timeout of
-// the pipeline's connections) is handed back to its caller to run on a
-// connection of its own, with the ordinary lock_timeout (see do): it
-// waits as it would have without the pipeline, and the lane goes on.
-func (p *Pipeline) alone1(ctx context.Context, conn *pgx.Conn, c *call) {
-	c.res = single(ctx, conn, c)
+// endedFirst reports whether err is the server ending the connection
+// (a FATAL: a restart, an administrator's terminate) as the first answer to
+// what was sent. The server commits at the end of what was sent (the Sync)
+// and sends answers in order, so nothing of it had committed.
+func endedFirst(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Severity == "FATAL" || pg.Severity == "PANIC")
+}
+
+// answerAlone answers c, which ran alone, in its own implicit
+// transaction. A statement that gave up waiting for a row lock (the short
+// timeout of the pipeline's connections) is handed back to its caller to
+// run on a connection of its own, with the ordinary lock_timeout (see
+// do): it waits as it would have without the pipeline, and the lane goes
+// on.
+func (p *Pipeline) answerAlone(c *call, conn *pgx.Conn) {
 	if lockTimedOut(c.res.err) && idle(conn) {
 		c.res = result{patient: true}
 	}

@@ -291,12 +291,30 @@ func TestBrokenConnections(t *testing.T) {
 	require.Contains(t, fmt.Sprint(errs), "terminating connection")
 	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "a new connection for the next statement")
 
-	var pid int
-	require.NoError(t, db.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
 	kill, err := sql.Open("pgx", dbtestURL(t, db))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = kill.Close() })
-	require.NoError(t, kill.QueryRow(`SELECT pg_terminate_backend($1)`, pid).Err())
+	terminate := func() {
+		var pid int
+		require.NoError(t, db.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
+		require.NoError(t, kill.QueryRow(`SELECT pg_terminate_backend($1, 5000)`, pid).Err())
+	}
+
+	// Closed by the server a moment ago (a restart): the batch meets the
+	// server's FATAL before anything of it ran, and goes again on a new
+	// connection.
+	terminate()
+	crowd(t, db, 4, func(i int) {
+		if _, err := db.Exec(`INSERT INTO t (k) VALUES ($1)`, fmt.Sprint("after-restart-", i)); err != nil {
+			t.Error(err)
+		}
+	})
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t WHERE k LIKE 'after-restart-%'`).Scan(&n))
+	require.Equal(t, 4, n)
+
+	// Closed while the lane sat idle: found out by a ping first.
+	terminate()
 	time.Sleep(1200 * time.Millisecond) // longer than a lane waits before it checks
 	require.NoError(t, db.QueryRow(`SELECT 1`).Err(), "the lane found its connection closed before sending")
 }
