@@ -163,6 +163,38 @@ func TestAdmitClaimsFollowsThePool(t *testing.T) {
 	}
 }
 
+func TestPipelineConns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		want  int
+		ok    bool
+	}{
+		{"", config.DefaultPipelineConns, true},
+		{"0", 0, true}, // off
+		{"4", 4, true},
+		{"64", 64, true},
+		{"-1", 0, false},
+		{"65", 0, false},
+		{"two", 0, false},
+	} {
+		e := map[string]string{"DATA_DIR": t.TempDir()}
+		if tc.value != "" {
+			e["DATABASE_PIPELINE_CONNS"] = tc.value
+		}
+		c, err := config.LoadFrom(env(e))
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), "DATABASE_PIPELINE_CONNS") {
+				t.Errorf("DATABASE_PIPELINE_CONNS=%q: %v, want an error naming it", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.Database.PipelineConns != tc.want {
+			t.Errorf("DATABASE_PIPELINE_CONNS=%q: %d, %v; want %d", tc.value, c.Database.PipelineConns, err, tc.want)
+		}
+	}
+}
+
 // CLOCK_SKEW shifts a development instance's clock (the chaos run's skewed
 // instance); production refuses it (TestInvalidValuesNameTheirVariable).
 func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {

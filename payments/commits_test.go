@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -151,6 +153,8 @@ func (t *countingTx) Rollback() error {
 // sent without reading the key first, and the completion's one statement
 // — six before issue 17), a replay is one read and no commit (then none
 // at all, from memory), and a body that fails validation writes nothing.
+// Under load, concurrent payments' statements share round trips and
+// commits (the database pipeline).
 func TestDatabaseCostPerPayment(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.PostgresURL(t)
@@ -218,4 +222,38 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	t.Logf("invalid body: %d commits, %d reads, %d round trips", commits, reads, trips)
 	require.Zero(t, commits, "a validation failure writes nothing")
 	require.Equal(t, 1, trips, "a validation failure reads the key, in case it is known")
+
+	// Under load the same two statements per payment share round trips
+	// and commits (app/database/pipeline): payments that arrive while the
+	// pipeline's connections are busy go together.
+	p := pipeline.Of(db)
+	require.NotNil(t, p)
+	const crowd = 16
+	busy := make(chan error, database.DefaultPipelineConns)
+	for range database.DefaultPipelineConns {
+		go func() { busy <- pipeline.Session(db).Exec(`SELECT pg_sleep(0.5)`).Error }()
+	}
+	time.Sleep(100 * time.Millisecond) // both connections are asleep
+	from := p.Stats()
+	var wg sync.WaitGroup
+	for i := range crowd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := g.TryPay(m, fmt.Sprint("crowd-", i), body("sim_success"))
+			if err != nil || r.StatusCode != http.StatusCreated {
+				t.Errorf("crowd %d: %v %v", i, err, r)
+			}
+		}()
+	}
+	wg.Wait()
+	for range database.DefaultPipelineConns {
+		require.NoError(t, <-busy)
+	}
+	to := p.Stats()
+	statements, shared := to.Statements-from.Statements, to.Trips-from.Trips
+	t.Logf("%d concurrent new payments: %d statements in %d round trips", crowd, statements, shared)
+	require.EqualValues(t, 2*crowd, statements, "two statements per payment")
+	require.Less(t, shared, statements, "payments that waited shared round trips")
+	require.Zero(t, to.Retried-from.Retried)
 }

@@ -469,7 +469,13 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	next := *p
 	f.applyTo(&next)
 	answer := Render(&next)
-	event, err := s.cfg.Events.EmitAlong(s.db, paymentEvent(&next), "resource")
+	ev := paymentEvent(&next)
+	if next.Status == StatusSucceeded {
+		// The event's object is the answer's body, already encoded: one
+		// reflection over the payment fewer per payment.
+		ev.Object = json.RawMessage(answer.Body)
+	}
+	event, err := s.cfg.Events.EmitAlong(s.db, ev, "resource")
 	if err != nil {
 		return Answer{}, err
 	}
