@@ -107,7 +107,9 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 			if n == 0 {
 				n = DefaultPipelineConns
 			}
-			if err := pipeline.Use(db, pipeline.New(pcfg, pipeline.Options{Conns: n})); err != nil {
+			// A statement that must wait for a row lock waits on the pool,
+			// as it would have without the pipeline.
+			if err := pipeline.Use(db, pipeline.New(pcfg, pipeline.Options{Conns: n, Patient: sqlDB})); err != nil {
 				_ = sqlDB.Close()
 				return nil, fmt.Errorf("database: pipeline: %w", err)
 			}

@@ -71,18 +71,24 @@ type Options struct {
 	// statement, and the one that must wait does so on an ordinary
 	// connection with the config's own lock_timeout.
 	BatchLockTimeout time.Duration
+	// Patient is where a statement that must wait for a row lock runs
+	// instead (the gateway's ordinary pool, with its lock_timeout). When
+	// nil the pipeline keeps a small pool of its own, made from cfg.
+	Patient *sql.DB
 }
 
 // Pipeline groups statements onto a few connections.
 type Pipeline struct {
-	cfg      *pgx.ConnConfig
-	patient  *sql.DB // for statements that must wait for a lock (see answerAlone)
-	max      int
-	queue    chan *call
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	stopOnce sync.Once
-	db       *sql.DB
+	cfg     *pgx.ConnConfig
+	patient *sql.DB // for statements that must wait for a lock (see answerAlone)
+	// ownPatient: patient is the pipeline's own, closed with it.
+	ownPatient bool
+	max        int
+	queue      chan *call
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	stopOnce   sync.Once
+	db         *sql.DB
 
 	mu    sync.Mutex
 	stats Stats
@@ -115,6 +121,9 @@ type result struct {
 	// patient: the statement gave up waiting for a lock under the
 	// pipeline's short timeout; its caller runs it again (see answerAlone).
 	patient bool
+	// completed: the server had reported the statement done (its command
+	// tag) before err, which then came at or after its commit.
+	completed bool
 }
 
 // New starts a pipeline over connections made from cfg (dialled when first
@@ -131,14 +140,18 @@ func New(cfg *pgx.ConnConfig, o Options) *Pipeline {
 	}
 	lanes := cfg.Copy()
 	lanes.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", o.BatchLockTimeout.Milliseconds())
-	p := &Pipeline{cfg: lanes, patient: stdlib.OpenDB(*cfg), max: o.MaxBatch,
+	patient, own := o.Patient, o.Patient == nil
+	if own {
+		patient = stdlib.OpenDB(*cfg)
+		patient.SetMaxOpenConns(o.Conns)
+		patient.SetMaxIdleConns(1)
+	}
+	p := &Pipeline{cfg: lanes, patient: patient, ownPatient: own, max: o.MaxBatch,
 		queue: make(chan *call), stop: make(chan struct{})}
 	p.db = sql.OpenDB(connector{p})
 	// The connections database/sql holds are handles to p, not to
 	// PostgreSQL: as many as there are callers waiting.
 	p.db.SetMaxIdleConns(64)
-	p.patient.SetMaxOpenConns(o.Conns)
-	p.patient.SetMaxIdleConns(1)
 	for range o.Conns {
 		p.wg.Add(1)
 		go p.lane()
@@ -152,7 +165,9 @@ func (p *Pipeline) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.wg.Wait()
 	_ = p.db.Close()
-	_ = p.patient.Close()
+	if p.ownPatient {
+		_ = p.patient.Close()
+	}
 }
 
 // Stats returns the counts so far.
@@ -224,15 +239,26 @@ func (p *Pipeline) lane() {
 			answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
 			continue
 		}
-		if resend := p.run(conn, batch, true); resend {
+		switch p.run(conn, batch, true) {
+		case resend:
 			// PostgreSQL had closed the connection before running any of
 			// it (a restart): nothing of the batch happened, so it goes
 			// once more on a new connection.
-			if conn = p.ready(nil, used); conn == nil {
+			if conn = p.ready(conn, time.Time{}); conn == nil {
 				answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
-				continue
+				break
 			}
 			p.run(conn, batch, false)
+		case separately:
+			// pgx refused the batch before sending it (a statement it
+			// could not prepare, or arguments it could not encode), and
+			// closed the connection: nothing of it ran, so each statement
+			// goes alone on a new one.
+			if conn = p.ready(conn, time.Time{}); conn == nil {
+				answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+				break
+			}
+			p.each(conn, batch)
 		}
 		used = time.Now()
 	}
@@ -267,21 +293,33 @@ func answer(batch []*call, err error) {
 	}
 }
 
+// next is what a lane does after run.
+type next int
+
+const (
+	done       next = iota // every call is answered
+	resend                 // none is: send the batch again on a new connection
+	separately             // none is: send each statement alone on a new connection
+)
+
 // run sends batch on conn and answers every call in it — except when
-// mayResend is set and the server ended the connection before any
-// statement of it ran: then it answers none and reports resend.
-func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) (resend bool) {
+// mayResend is set and nothing of the batch ran (see next).
+func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	p.count(int64(len(batch)), 1, 0)
+	if mayResend {
+		p.count(int64(len(batch)), 1, 0)
+	} else {
+		p.count(0, 1, 0)
+	}
 	if len(batch) == 1 {
 		c := batch[0]
 		c.res = single(ctx, conn, c)
-		if mayResend && endedFirst(c.res.err) {
-			return true
+		if mayResend && endedFirst(c.res.err) && !c.res.completed {
+			return resend
 		}
 		p.answerAlone(c, conn)
-		return false
+		return done
 	}
 	var b pgx.Batch
 	for _, c := range batch {
@@ -308,6 +346,7 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) (resend bo
 		}
 	}
 	sent = cmp.Or(br.Close(), sent)
+	var unsent pgx.ErrPreprocessingBatch
 	switch {
 	case sent == nil && idle(conn):
 		for _, c := range batch {
@@ -318,13 +357,12 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) (resend bo
 		// in company, a constraint, a deadlock) and rolled the batch
 		// back: nothing of it happened, so each statement runs again
 		// alone and gets the answer it would have had without company.
-		p.count(0, int64(len(batch)), 1)
-		for _, c := range batch {
-			c.res = single(ctx, conn, c)
-			p.answerAlone(c, conn)
-		}
+		p.count(0, 0, 1)
+		p.each(conn, batch)
 	case mayResend && ran == 0 && endedFirst(sent):
-		return true
+		return resend
+	case mayResend && errors.As(sent, &unsent):
+		return separately
 	default:
 		// The connection broke, pgx failed, or a statement left a
 		// transaction open: whether the batch committed is unknown (or it
@@ -336,7 +374,18 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) (resend bo
 		_ = conn.Close(ctx)
 		answer(batch, fmt.Errorf("pipeline: %w", sent))
 	}
-	return false
+	return done
+}
+
+// each runs every statement of batch alone, in order, and answers it.
+func (p *Pipeline) each(conn *pgx.Conn, batch []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p.count(0, int64(len(batch)), 0)
+	for _, c := range batch {
+		c.res = single(ctx, conn, c)
+		p.answerAlone(c, conn)
+	}
 }
 
 // endedFirst reports whether err is the server ending the connection
@@ -414,7 +463,7 @@ func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
 		_ = conn.Close(ctx)
 	}
 	if err != nil {
-		return result{err: err}
+		return result{err: err, completed: r.completed}
 	}
 	return r
 }
@@ -478,7 +527,7 @@ func collect(conn *pgx.Conn, rows pgx.Rows) result {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return result{err: err}
+		return result{err: err, completed: rows.CommandTag().String() != ""}
 	}
 	r.affected = rows.CommandTag().RowsAffected()
 	if bad != nil {

@@ -358,3 +358,26 @@ func TestSession(t *testing.T) {
 	require.Nil(t, pipeline.Of(off))
 	require.Same(t, off, pipeline.Session(off))
 }
+
+// A caller whose arguments pgx cannot encode fails alone: the batch was
+// never sent, and its other statements go one by one.
+func TestAnArgumentThatCannotBeSentFailsAlone(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	const n = 6
+	errs := make([]error, n)
+	crowd(t, db, n, func(i int) {
+		if i == 0 {
+			_, errs[i] = db.Exec(`INSERT INTO t (k, n) VALUES ('big', $1::int4)`, int64(1)<<40)
+			return
+		}
+		_, errs[i] = db.Exec(`INSERT INTO t (k, n) VALUES ($1, 1)`, fmt.Sprint("k", i))
+	})
+	require.Error(t, errs[0])
+	for i := 1; i < n; i++ {
+		require.NoError(t, errs[i], "statement %d", i)
+	}
+	var count int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&count))
+	require.Equal(t, n-1, count)
+}
