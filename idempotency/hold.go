@@ -176,6 +176,9 @@ func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error
 // errors.ErrUnsupported when c is not held (durable, or on SQLite): use
 // Persist.
 func (s *Store) PersistWith(ctx context.Context, c Claim, insert clause.Expr, dest ...any) (ok bool, err error) {
+	// One statement that touches only this request's rows: it may share a
+	// round trip and a commit with other requests' (app/database/pipeline),
+	// and is answered only once it has committed.
 	db := pipeline.Session(s.exec(ctx, nil))
 	if !c.Held() || db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported

@@ -412,6 +412,8 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 // statement, each as a CTE that must itself apply only with write: its
 // condition names `resource` (EXISTS (SELECT 1 FROM resource)).
 func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr, also ...clause.Expr) (applied bool, err error) {
+	// Like PersistWith's, one statement on this request's rows alone: it
+	// may share a round trip and a commit (app/database/pipeline).
 	db := pipeline.Session(s.exec(ctx, nil))
 	if db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported

@@ -177,7 +177,8 @@ func (p *Pipeline) Stats() Stats {
 	return p.stats
 }
 
-var errClosed = errors.New("pipeline: closed")
+// errClosed is sql.ErrConnDone's kind of error: the gateway is stopping.
+var errClosed = fmt.Errorf("pipeline: closed: %w", sql.ErrConnDone)
 
 // do sends one statement and waits for its answer. When ctx ends first
 // the statement may still run (and commit): ctx's error then means, as
@@ -234,9 +235,9 @@ func (p *Pipeline) lane() {
 				break more
 			}
 		}
-		conn = p.ready(conn, used)
-		if conn == nil {
-			answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+		var err error
+		if conn, err = p.ready(conn, used); err != nil {
+			answer(batch, err)
 			continue
 		}
 		switch p.run(conn, batch, true) {
@@ -244,8 +245,8 @@ func (p *Pipeline) lane() {
 			// PostgreSQL had closed the connection before running any of
 			// it (a restart): nothing of the batch happened, so it goes
 			// once more on a new connection.
-			if conn = p.ready(conn, time.Time{}); conn == nil {
-				answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+			if conn, err = p.ready(conn, time.Time{}); err != nil {
+				answer(batch, err)
 				break
 			}
 			p.run(conn, batch, false)
@@ -254,8 +255,8 @@ func (p *Pipeline) lane() {
 			// could not prepare, or arguments it could not encode), and
 			// closed the connection: nothing of it ran, so each statement
 			// goes alone on a new one.
-			if conn = p.ready(conn, time.Time{}); conn == nil {
-				answer(batch, errors.New("pipeline: no connection to PostgreSQL"))
+			if conn, err = p.ready(conn, time.Time{}); err != nil {
+				answer(batch, err)
 				break
 			}
 			p.each(conn, batch)
@@ -268,7 +269,7 @@ func (p *Pipeline) lane() {
 // can be made). One idle for a while is pinged first: a restart of
 // PostgreSQL closes it from the other end, and the batch sent on it would
 // fail for no fault of its statements.
-func (p *Pipeline) ready(conn *pgx.Conn, used time.Time) *pgx.Conn {
+func (p *Pipeline) ready(conn *pgx.Conn, used time.Time) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if conn != nil && !conn.IsClosed() && time.Since(used) > idleCheck {
@@ -277,13 +278,14 @@ func (p *Pipeline) ready(conn *pgx.Conn, used time.Time) *pgx.Conn {
 		}
 	}
 	if conn != nil && !conn.IsClosed() {
-		return conn
+		return conn, nil
 	}
 	conn, err := pgx.ConnectConfig(ctx, p.cfg)
 	if err != nil {
-		return nil
+		// A *pgconn.ConnectError: its callers answer 503, as for the pool.
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	return conn
+	return conn, nil
 }
 
 func answer(batch []*call, err error) {

@@ -170,6 +170,18 @@ func TestClosedPipelineRefuses(t *testing.T) {
 	require.Error(t, db.QueryRow(`SELECT 1`).Err())
 }
 
+// A PostgreSQL that cannot be reached is the same 503 as through the pool.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgx.ParseConfig("postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	p := pipeline.New(cfg, pipeline.Options{Conns: 1})
+	t.Cleanup(p.Close)
+	_, err = p.DB().Exec(`SELECT 1`)
+	require.Error(t, err)
+	require.True(t, database.Unavailable(err), "%v", err)
+}
+
 // A caller whose context ends first stops waiting; the others are not
 // disturbed.
 func TestCallerContext(t *testing.T) {
