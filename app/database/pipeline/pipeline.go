@@ -71,6 +71,10 @@ type Options struct {
 	// statement, and the one that must wait does so on an ordinary
 	// connection with the config's own lock_timeout.
 	BatchLockTimeout time.Duration
+	// MaxLifetime is how long a lane keeps one connection (default 30m,
+	// the pool's ConnMaxLifetime): server-side caches do not grow without
+	// end, and a pooler or failover in front of PostgreSQL gets to move it.
+	MaxLifetime time.Duration
 	// Patient is where a statement that must wait for a row lock runs
 	// instead (the gateway's ordinary pool, with its lock_timeout). When
 	// nil the pipeline keeps a small pool of its own, made from cfg.
@@ -84,6 +88,7 @@ type Pipeline struct {
 	// ownPatient: patient is the pipeline's own, closed with it.
 	ownPatient bool
 	max        int
+	lifetime   time.Duration // Options.MaxLifetime
 	queue      chan *call
 	stop       chan struct{}
 	wg         sync.WaitGroup
@@ -138,6 +143,9 @@ func New(cfg *pgx.ConnConfig, o Options) *Pipeline {
 	if o.BatchLockTimeout <= 0 {
 		o.BatchLockTimeout = 100 * time.Millisecond
 	}
+	if o.MaxLifetime <= 0 {
+		o.MaxLifetime = 30 * time.Minute
+	}
 	lanes := cfg.Copy()
 	lanes.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", o.BatchLockTimeout.Milliseconds())
 	patient, own := o.Patient, o.Patient == nil
@@ -146,7 +154,7 @@ func New(cfg *pgx.ConnConfig, o Options) *Pipeline {
 		patient.SetMaxOpenConns(o.Conns)
 		patient.SetMaxIdleConns(1)
 	}
-	p := &Pipeline{cfg: lanes, patient: patient, ownPatient: own, max: o.MaxBatch,
+	p := &Pipeline{cfg: lanes, patient: patient, ownPatient: own, max: o.MaxBatch, lifetime: o.MaxLifetime,
 		queue: make(chan *call), stop: make(chan struct{})}
 	p.db = sql.OpenDB(connector{p})
 	// The connections database/sql holds are handles to p, not to
@@ -209,7 +217,7 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) 
 func (p *Pipeline) lane() {
 	defer p.wg.Done()
 	var conn *pgx.Conn
-	var used time.Time
+	var used, born time.Time
 	defer func() {
 		if conn != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -236,7 +244,7 @@ func (p *Pipeline) lane() {
 			}
 		}
 		var err error
-		if conn, err = p.ready(conn, used); err != nil {
+		if conn, born, err = p.ready(conn, used, born); err != nil {
 			answer(batch, err)
 			continue
 		}
@@ -245,7 +253,7 @@ func (p *Pipeline) lane() {
 			// PostgreSQL had closed the connection before running any of
 			// it (a restart): nothing of the batch happened, so it goes
 			// once more on a new connection.
-			if conn, err = p.ready(conn, time.Time{}); err != nil {
+			if conn, born, err = p.ready(conn, time.Time{}, born); err != nil {
 				answer(batch, err)
 				break
 			}
@@ -255,7 +263,7 @@ func (p *Pipeline) lane() {
 			// could not prepare, or arguments it could not encode), and
 			// closed the connection: nothing of it ran, so each statement
 			// goes alone on a new one.
-			if conn, err = p.ready(conn, time.Time{}); err != nil {
+			if conn, born, err = p.ready(conn, time.Time{}, born); err != nil {
 				answer(batch, err)
 				break
 			}
@@ -265,27 +273,31 @@ func (p *Pipeline) lane() {
 	}
 }
 
-// ready returns conn if it is usable, or a new connection (nil if none
-// can be made). One idle for a while is pinged first: a restart of
-// PostgreSQL closes it from the other end, and the batch sent on it would
-// fail for no fault of its statements.
-func (p *Pipeline) ready(conn *pgx.Conn, used time.Time) (*pgx.Conn, error) {
+// ready returns conn if it is usable, or a new connection and when it was
+// made. One idle for a while is pinged first: a restart of PostgreSQL
+// closes it from the other end, and the batch sent on it would fail for no
+// fault of its statements. One older than MaxLifetime is replaced, as the
+// pool replaces its own.
+func (p *Pipeline) ready(conn *pgx.Conn, used, born time.Time) (*pgx.Conn, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if conn != nil && !conn.IsClosed() && time.Since(born) > p.lifetime {
+		_ = conn.Close(ctx)
+	}
 	if conn != nil && !conn.IsClosed() && time.Since(used) > idleCheck {
 		if err := conn.Ping(ctx); err != nil {
 			_ = conn.Close(ctx)
 		}
 	}
 	if conn != nil && !conn.IsClosed() {
-		return conn, nil
+		return conn, born, nil
 	}
 	conn, err := pgx.ConnectConfig(ctx, p.cfg)
 	if err != nil {
 		// A *pgconn.ConnectError: its callers answer 503, as for the pool.
-		return nil, fmt.Errorf("pipeline: %w", err)
+		return nil, time.Time{}, fmt.Errorf("pipeline: %w", err)
 	}
-	return conn, nil
+	return conn, time.Now(), nil
 }
 
 func answer(batch []*call, err error) {

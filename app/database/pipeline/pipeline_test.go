@@ -393,3 +393,21 @@ func TestAnArgumentThatCannotBeSentFailsAlone(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM t`).Scan(&count))
 	require.Equal(t, n-1, count)
 }
+
+// A lane replaces a connection older than MaxLifetime before its next
+// statement, as the pool does.
+func TestConnectionsAreReplacedWhenOld(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgx.ParseConfig(dbtest.PostgresURL(t))
+	require.NoError(t, err)
+	p := pipeline.New(cfg, pipeline.Options{Conns: 1, MaxLifetime: 200 * time.Millisecond})
+	t.Cleanup(p.Close)
+	pid := func() (n int) {
+		require.NoError(t, p.DB().QueryRow(`SELECT pg_backend_pid()`).Scan(&n))
+		return n
+	}
+	first := pid()
+	require.Equal(t, first, pid(), "young: kept")
+	time.Sleep(300 * time.Millisecond)
+	require.NotEqual(t, first, pid(), "old: replaced")
+}
