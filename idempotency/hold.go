@@ -179,7 +179,7 @@ func (s *Store) PersistWith(ctx context.Context, c Claim, insert clause.Expr, de
 	// One statement that touches only this request's rows: it may share a
 	// round trip and a commit with other requests' (app/database/pipeline),
 	// and is answered only once it has committed.
-	db := pipeline.Session(s.exec(ctx, nil))
+	db := pipeline.Session(s.db, ctx)
 	if !c.Held() || db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
 	}

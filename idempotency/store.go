@@ -414,7 +414,7 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, c Claim, r Response) 
 func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write clause.Expr, also ...clause.Expr) (applied bool, err error) {
 	// Like PersistWith's, one statement on this request's rows alone: it
 	// may share a round trip and a commit (app/database/pipeline).
-	db := pipeline.Session(s.exec(ctx, nil))
+	db := pipeline.Session(s.db, ctx)
 	if db.Dialector.Name() != "postgres" {
 		return false, errors.ErrUnsupported
 	}

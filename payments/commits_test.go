@@ -231,7 +231,7 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	const crowd = 16
 	busy := make(chan error, database.DefaultPipelineConns)
 	for range database.DefaultPipelineConns {
-		go func() { busy <- pipeline.Session(db).Exec(`SELECT pg_sleep(0.5)`).Error }()
+		go func() { busy <- pipeline.Session(db, context.Background()).Exec(`SELECT pg_sleep(0.5)`).Error }()
 	}
 	time.Sleep(100 * time.Millisecond) // both connections are asleep
 	from := p.Stats()

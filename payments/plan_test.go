@@ -211,7 +211,7 @@ func TestCompletionIsAHotUpdate(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, db.Exec("SELECT pg_stat_force_next_flush()").Error)
-	require.NoError(t, pipeline.Session(db).Exec("SELECT pg_stat_force_next_flush()").Error)
+	require.NoError(t, pipeline.Session(db, ctx).Exec("SELECT pg_stat_force_next_flush()").Error)
 	var updates, hot int64
 	require.NoError(t, db.Raw(`SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'payments'::regclass`).
 		Row().Scan(&updates, &hot))

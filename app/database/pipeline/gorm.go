@@ -31,20 +31,17 @@ func Of(db *gorm.DB) *Pipeline {
 	return nil
 }
 
-// Session returns db with its statements sent through db's pipeline; db
-// itself when it has none, or when it is a transaction (whose statements
-// must go on its own connection).
-func Session(db *gorm.DB) *gorm.DB {
+// Session returns db with ctx, its statements sent through db's pipeline
+// (in one copy of db's statement: this is on every new payment's path);
+// db.WithContext(ctx) when db has none, or is a transaction (whose
+// statements must go on its own connection).
+func Session(db *gorm.DB, ctx context.Context) *gorm.DB {
 	pl, ok := db.Config.Plugins[pluginName].(*plugin)
 	if !ok {
-		return db
+		return db.WithContext(ctx)
 	}
 	if _, tx := db.Statement.ConnPool.(gorm.TxCommitter); tx {
-		return db
-	}
-	ctx := db.Statement.Context
-	if ctx == nil {
-		ctx = context.Background()
+		return db.WithContext(ctx)
 	}
 	// A session with a context has its own copy of the statement, so
 	// setting its pool leaves db's alone.

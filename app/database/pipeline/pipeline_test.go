@@ -356,11 +356,11 @@ func TestSession(t *testing.T) {
 	p := pipeline.Of(db)
 	require.NotNil(t, p)
 	var n int
-	require.NoError(t, pipeline.Session(db).Raw(`SELECT 7`).Scan(&n).Error)
+	require.NoError(t, pipeline.Session(db, context.Background()).Raw(`SELECT 7`).Scan(&n).Error)
 	require.Equal(t, 7, n)
 	require.EqualValues(t, 1, p.Stats().Statements)
 	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-		return pipeline.Session(tx).Exec(`SELECT 1`).Error
+		return pipeline.Session(tx, context.Background()).Exec(`SELECT 1`).Error
 	}))
 	require.EqualValues(t, 1, p.Stats().Statements, "a transaction's statement stays on its connection")
 	require.NoError(t, db.Raw(`SELECT 1`).Scan(&n).Error)
@@ -368,7 +368,7 @@ func TestSession(t *testing.T) {
 
 	off := dbtest.PostgresWith(t, database.Options{PipelineConns: -1})
 	require.Nil(t, pipeline.Of(off))
-	require.Same(t, off, pipeline.Session(off))
+	require.NoError(t, pipeline.Session(off, context.Background()).Exec(`SELECT 1`).Error, "no pipeline: the pool")
 }
 
 // A caller whose arguments pgx cannot encode fails alone: the batch was
