@@ -433,27 +433,15 @@ func (s *Store) CompleteWith(ctx context.Context, c Claim, r Response, write cla
 	// Rows, not Scan: GORM's Scan renders every statement as text with its
 	// values inlined (a regexp over the ~600-byte answer) for a logger that
 	// is silent — a tenth of a payment's allocations.
-	extra := ""
-	vars := []any{c.MerchantID, c.Key, StatusInProgress, c.Token, write}
-	for i, e := range also {
-		extra += fmt.Sprintf(", also%d AS (?)", i)
+	vars := make([]any, 0, 16+len(also))
+	vars = append(vars, c.MerchantID, c.Key, StatusInProgress, c.Token, write)
+	for _, e := range also {
 		vars = append(vars, e)
 	}
 	vars = append(vars, StatusDone, r.Status, body, header, dbclock.Now(db),
 		r.ResourceID, r.ResourceID,
 		c.MerchantID, c.Key, StatusInProgress, c.Token)
-	rows, err := rawsql.Raw(db, `WITH claim AS (
-  SELECT 1 FROM idempotency_keys
-  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ?
-  FOR UPDATE
-), resource AS (?)`+extra+`, done AS (
-  UPDATE idempotency_keys
-  SET status = ?, status_code = ?, response = ?, response_headers = ?, completed_at = ?,
-      resource_id = CASE WHEN ? = '' THEN resource_id ELSE ? END
-  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ? AND EXISTS (SELECT 1 FROM resource)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`, vars...).Rows()
+	rows, err := rawsql.Raw(db, completeSQL(len(also)), vars...).Rows()
 	var owned, completed int
 	if err == nil {
 		err = scanOne(rows, &owned, &completed)
@@ -468,6 +456,36 @@ SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS com
 	}
 	c.state.set(endCompleted)
 	return true, nil
+}
+
+// completeSQL is CompleteWith's statement with n more CTEs; the common
+// ones are built once (it runs for every new payment).
+func completeSQL(n int) string {
+	if n < len(completeSQLs) {
+		return completeSQLs[n]
+	}
+	return buildCompleteSQL(n)
+}
+
+var completeSQLs = []string{buildCompleteSQL(0), buildCompleteSQL(1), buildCompleteSQL(2), buildCompleteSQL(3)}
+
+func buildCompleteSQL(n int) string {
+	extra := ""
+	for i := range n {
+		extra += fmt.Sprintf(", also%d AS (?)", i)
+	}
+	return `WITH claim AS (
+  SELECT 1 FROM idempotency_keys
+  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ?
+  FOR UPDATE
+), resource AS (?)` + extra + `, done AS (
+  UPDATE idempotency_keys
+  SET status = ?, status_code = ?, response = ?, response_headers = ?, completed_at = ?,
+      resource_id = CASE WHEN ? = '' THEN resource_id ELSE ? END
+  WHERE merchant_id = ? AND key = ? AND status = ? AND lock_token = ? AND EXISTS (SELECT 1 FROM resource)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed`
 }
 
 // scanOne reads the one row of rows into dest and closes rows.
