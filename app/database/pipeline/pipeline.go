@@ -28,8 +28,10 @@
 // Only statements that stand alone belong here (the claim and ledger row
 // of a new payment, its completion): each must be correct whether it
 // commits alone or with others, which holds for statements that touch
-// only their own request's rows. Explicit transactions use the ordinary
-// pool.
+// only their own request's rows; and none may change its transaction's
+// settings (a set_config(…, true) would apply to the whole batch: the
+// simulator's asynchronous-commit batches stay on the pool). Explicit
+// transactions use the ordinary pool.
 package pipeline
 
 import (
