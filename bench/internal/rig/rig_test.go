@@ -50,7 +50,9 @@ func TestCreateDatabaseDropsStaleOnes(t *testing.T) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, admin)
 	require.NoError(t, err)
-	defer conn.Close(ctx)
+	// A cleanup, not a defer: it must outlive the drops registered below
+	// (cleanups run last-first, after the test function has returned).
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	prefix := fmt.Sprintf("oncepay_rigtest%d", time.Now().UnixNano()%1_000_000)
 	old := fmt.Sprintf("%s_%d_0badc0de", prefix, time.Now().Add(-2*staleAfter).Unix())
 	recent := fmt.Sprintf("%s_%d_0badc0de", prefix, time.Now().Add(-staleAfter/2).Unix())
