@@ -97,6 +97,14 @@
 // handler said: the answers are Middleware's, the read comes after the
 // handler's validation instead of before it.
 //
+// Under load those two statements of concurrent requests share round
+// trips and commits (app/database/pipeline). Nothing above changes: each
+// request's statement still applies whole or not at all, ON CONFLICT
+// decides between two claims of one key in one batch as it would between
+// two commits, a statement the server refuses costs its company nothing
+// (they run again alone), and no request learns its outcome before the
+// commit that makes it durable.
+//
 // # Time
 //
 // Every time of a key is written, and every comparison of times made, by
