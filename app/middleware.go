@@ -109,8 +109,16 @@ func accessLog(log *slog.Logger) fiber.Handler {
 			status = c.Response().StatusCode()
 			err = nil
 		}
+		// A 500 is the gateway's own failure. A 502, 503 or 504 answers
+		// for a dependency (a provider that refused or timed out, a
+		// database out of reach) and is documented to the client; what
+		// caused it is logged where it was seen (at error level for the
+		// database), so the access line itself is a warning.
 		level := slog.LevelInfo
-		if status >= 500 {
+		switch {
+		case status == fiber.StatusBadGateway || status == fiber.StatusServiceUnavailable || status == fiber.StatusGatewayTimeout:
+			level = slog.LevelWarn
+		case status >= 500:
 			level = slog.LevelError
 		}
 		attrs := []slog.Attr{
