@@ -188,6 +188,10 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 }
 
 // newRefund reserves the amount and inserts the refund of a first claim.
+// fullRefundAttempts bounds how often a refund of all that is left reads
+// the remainder again after concurrent refunds took part of it.
+const fullRefundAttempts = 5
+
 func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.Claim, merchantID, paymentID string, in refundInput, r *Refund) error {
 	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
 	if errors.Is(err, ErrNotFound) {
@@ -196,22 +200,33 @@ func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.
 	if err != nil {
 		return err
 	}
-	if p.Status != StatusSucceeded {
-		return refundClaimErr{errNotRefundable}
-	}
-	amount := in.Amount
-	if amount == 0 {
-		amount = p.Amount - p.AmountRefunded
-	}
-	if amount <= 0 {
-		return refundClaimErr{exceedsRemaining(0)}
-	}
-	ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return s.whyNotReserved(ctx, tx, merchantID, paymentID)
+	var amount int64
+	for attempt := 1; ; attempt++ {
+		if p.Status != StatusSucceeded {
+			return refundClaimErr{errNotRefundable}
+		}
+		amount = in.Amount
+		if amount == 0 {
+			amount = p.Amount - p.AmountRefunded
+		}
+		if amount <= 0 {
+			return refundClaimErr{exceedsRemaining(0)}
+		}
+		ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if in.Amount != 0 || attempt == fullRefundAttempts {
+			return s.whyNotReserved(ctx, tx, merchantID, paymentID)
+		}
+		// "All that is left" read before another refund reserved part of
+		// it: what is left is less now, and still this request's to take.
+		if p, err = s.store.getTx(ctx, tx, merchantID, paymentID); err != nil {
+			return err
+		}
 	}
 	*r = Refund{
 		MerchantID: merchantID, ID: "re_" + compactUUID(), PaymentID: paymentID, IdempotencyKey: claim.Key,

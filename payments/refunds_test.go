@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
@@ -311,6 +312,46 @@ func TestRacingRefundsNeverExceedThePayment(t *testing.T) {
 			require.EqualValues(t, 8000, sum)
 		})
 	}
+}
+
+// A refund of all that is left that read the remainder just before
+// another refund reserved part of it takes what is left then, rather than
+// answering "exceeds the remaining amount" while money is refundable.
+func TestRefundOfTheRestTakesWhatIsLeftAfterARace(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	id := paid(t, g, m, "p", 5000)
+	ctx := context.Background()
+	// Another refund's reservation, not yet committed: the request below
+	// reads 5000 left, then waits on the row for its own reservation.
+	other, err := pgx.Connect(ctx, g.DBURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	tag, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded + 1000 WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	answer := make(chan apptest.Response, 1)
+	go func() { answer <- refundOf(g, m, id, "the-rest", map[string]any{}) }()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := other.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND pid <> pg_backend_pid()`).Scan(&waiting)
+		select {
+		case r := <-answer:
+			t.Fatalf("answered while the row was locked: %d %s", r.StatusCode, r.Body)
+		default:
+		}
+		return err == nil && waiting > 0
+	}, time.Second, 5*time.Millisecond, "the refund waits on the payment's row (lock_timeout is 2 s)")
+	require.NoError(t, tx.Commit(ctx))
+
+	r := <-answer
+	require.Equal(t, http.StatusCreated, r.StatusCode, "%s", r.Body)
+	require.EqualValues(t, 4000, r.JSON(t)["amount"])
+	require.Equal(t, float64(5000), amountRefunded(t, g, m, id))
 }
 
 // Each provider's refund through the API against its fake: refunded once,
