@@ -60,6 +60,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -67,6 +68,7 @@ import (
 
 	"github.com/oncepay/gateway/app"
 	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/gctune"
 	"github.com/oncepay/gateway/config"
 )
 
@@ -145,6 +147,7 @@ func serve() error {
 			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())
 		}
 	}
+	logGC(log, gctune.Apply(cfg.GOGC))
 	store := "sqlite"
 	if cfg.Database.Postgres() {
 		store = "postgres"
@@ -162,6 +165,19 @@ func serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return a.Serve(ctx, ln)
+}
+
+// logGC says what the garbage collector runs with: an instance's memory
+// use follows from it (README, "Operations").
+func logGC(log *slog.Logger, gc gctune.Settings) {
+	limit := "none"
+	if gc.Limit > 0 && gc.Limit < math.MaxInt64 {
+		limit = fmt.Sprintf("%d MiB", gc.Limit>>20)
+	}
+	if gc.LimitErr != nil {
+		log.Warn("memory limit unknown; the garbage collector keeps the runtime's defaults", "err", gc.LimitErr)
+	}
+	log.Info("garbage collector", "gogc", gc.Percent, "gogc_from", gc.PercentFrom, "memory_limit", limit)
 }
 
 func contains(xs []string, x string) bool {

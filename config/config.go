@@ -76,6 +76,12 @@ type Config struct {
 	Limits   Limits
 	Webhooks Webhooks
 
+	// GOGC is the garbage collector setting as the operator gave it ("":
+	// unset). The runtime reads it itself at start; it is here so the
+	// gateway knows not to choose its own (app/gctune), and so a value the
+	// runtime would silently ignore stops the start instead.
+	GOGC string
+
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	// Instance names this gateway instance in metrics and logs
 	// (INSTANCE_ID; the hostname when unset).
@@ -298,6 +304,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			RedisKeyPrefix: r.str("REDIS_KEY_PREFIX", "oncepay:"),
 		},
 		Webhooks:        Webhooks{RetrySchedule: r.durations("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule)},
+		GOGC:            r.gogc("GOGC"),
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
@@ -633,6 +640,18 @@ func (r *reader) bool(name string, def bool) bool {
 		return def
 	}
 	return b
+}
+
+// gogc reads GOGC as the runtime accepts it: "off" or a percentage.
+func (r *reader) gogc(name string) string {
+	v := r.str(name, "")
+	if v == "" || v == "off" {
+		return v
+	}
+	if n, err := strconv.Atoi(v); err != nil || n < 0 {
+		r.fail(name, "want off or a percentage (an integer ≥ 0), got %q", v)
+	}
+	return v
 }
 
 func (r *reader) url(name, def string) string {

@@ -195,6 +195,40 @@ func TestPipelineConns(t *testing.T) {
 	}
 }
 
+// GOGC is the operator's (the runtime reads it itself); a value the runtime
+// would silently ignore stops the start.
+func TestGOGC(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"", true}, // unset: app/gctune chooses
+		{"off", true},
+		{"0", true},
+		{"400", true},
+		{"-1", false},
+		{"OFF", false},
+		{"4OO", false},
+		{"100%", false},
+	} {
+		e := map[string]string{"DATA_DIR": t.TempDir()}
+		if tc.value != "" {
+			e["GOGC"] = tc.value
+		}
+		c, err := config.LoadFrom(env(e))
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), "GOGC") {
+				t.Errorf("GOGC=%q: %v, want an error naming it", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.GOGC != tc.value {
+			t.Errorf("GOGC=%q: %q, %v; want it kept as given", tc.value, c.GOGC, err)
+		}
+	}
+}
+
 // CLOCK_SKEW shifts a development instance's clock (the chaos run's skewed
 // instance); production refuses it (TestInvalidValuesNameTheirVariable).
 func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {
