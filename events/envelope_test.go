@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,32 @@ func TestEnvelopeIsEncodingJSONs(t *testing.T) {
 				require.Equal(t, string(want), string(envelope("evt_0123456789abcdef0123456789abcdef", typ, at, obj)))
 			}
 		}
+	}
+}
+
+// An Encoded object is carried as it is: the payload is the one
+// encoding/json makes of the value it encodes.
+func TestEncodedObjectIsTheValuesEncoding(t *testing.T) {
+	t.Parallel()
+	for _, o := range []any{
+		map[string]any{"id": "pay_1", "amount": 5000, "email": "a&b@example.com", "description": "<shop> \u2028",
+			"metadata": map[string]any{"k": "v"}},
+		[]any{},
+		"a string",
+	} {
+		obj, err := json.Marshal(o)
+		require.NoError(t, err)
+		at := time.Date(2026, 12, 6, 4, 30, 1, 123000000, time.UTC)
+		p := Params{MerchantID: "ten_1", Type: PaymentSucceeded, ObjectID: "pay_1"}
+		p.Object = o
+		want, err := build(p, at)
+		require.NoError(t, err)
+		p.Object = Encoded(obj)
+		got, err := build(p, at)
+		require.NoError(t, err)
+		// The ids are random; the rest of the bytes must be the same.
+		require.Equal(t, string(want.Payload), strings.Replace(string(got.Payload), got.ID, want.ID, 1))
+		require.Equal(t, want.Dedupe, got.Dedupe)
 	}
 }
 

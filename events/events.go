@@ -96,9 +96,17 @@ type Params struct {
 	// failure's code (a payment released as not_processed whose late
 	// charge then comes back declined fails again, with card_declined).
 	Code string
-	// Object is the object as GET returns it (its view), the event's data.
+	// Object is the object as GET returns it (its view), the event's data:
+	// a value to encode, or its encoding as Encoded.
 	Object any
 }
+
+// Encoded is an object already encoded by encoding/json's Marshal (so
+// compact, valid and HTML-escaped): the event carries it as it is.
+// json.Marshal would only scan and copy it again (as a json.RawMessage it
+// is compacted) to the same bytes — the answer's body, reused as its
+// succeeded event's object, is the common case.
+type Encoded []byte
 
 // dedupe is what makes p's event unique: the same transition reported
 // again (a replayed 202, a webhook and a lookup both settling) writes one.
@@ -117,9 +125,12 @@ func build(p Params, now time.Time) (Event, error) {
 	if p.MerchantID == "" || p.ObjectID == "" || !known(p.Type) {
 		return Event{}, fmt.Errorf("events: bad event %q for %q", p.Type, p.ObjectID)
 	}
-	obj, err := json.Marshal(p.Object)
-	if err != nil {
-		return Event{}, fmt.Errorf("events: %w", err)
+	obj, ok := p.Object.(Encoded)
+	if !ok {
+		var err error
+		if obj, err = json.Marshal(p.Object); err != nil {
+			return Event{}, fmt.Errorf("events: %w", err)
+		}
 	}
 	e := Event{MerchantID: p.MerchantID, ID: "evt_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
 		Type: p.Type, ObjectID: p.ObjectID, Dedupe: p.dedupe()}

@@ -473,7 +473,7 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	if next.Status == StatusSucceeded {
 		// The event's object is the answer's body, already encoded: one
 		// reflection over the payment fewer per payment.
-		ev.Object = json.RawMessage(answer.Body)
+		ev.Object = events.Encoded(answer.Body)
 	}
 	event, err := s.cfg.Events.EmitAlong(s.db, ev, "resource")
 	if err != nil {
