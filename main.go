@@ -147,7 +147,7 @@ func serve() error {
 			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())
 		}
 	}
-	logGC(log, gctune.Apply(cfg.GOGC))
+	logGC(log, gctune.Apply(cfg.GOGC, cfg.MemoryRatio))
 	store := "sqlite"
 	if cfg.Database.Postgres() {
 		store = "postgres"

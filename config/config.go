@@ -81,6 +81,11 @@ type Config struct {
 	// gateway knows not to choose its own (app/gctune), and so a value the
 	// runtime would silently ignore stops the start instead.
 	GOGC string
+	// MemoryRatio is the share of the container's (or machine's) memory
+	// the Go heap is given as its limit (AUTOMEMLIMIT, default
+	// DefaultMemoryRatio; "off", 0 here, sets none). GOMEMLIMIT, read by
+	// the runtime itself, wins over it.
+	MemoryRatio float64
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	// Instance names this gateway instance in metrics and logs
@@ -305,6 +310,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		},
 		Webhooks:        Webhooks{RetrySchedule: r.durations("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule)},
 		GOGC:            r.gogc("GOGC"),
+		MemoryRatio:     r.ratioOrOff("AUTOMEMLIMIT", DefaultMemoryRatio),
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
@@ -640,6 +646,26 @@ func (r *reader) bool(name string, def bool) bool {
 		return def
 	}
 	return b
+}
+
+// DefaultMemoryRatio is AUTOMEMLIMIT's default: 90% of the memory.
+const DefaultMemoryRatio = 0.9
+
+// ratioOrOff reads a ratio in (0, 1], or "off" as 0.
+func (r *reader) ratioOrOff(name string, def float64) float64 {
+	v := r.str(name, "")
+	switch v {
+	case "":
+		return def
+	case "off":
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		r.fail(name, "want off or a ratio in (0, 1], got %q", v)
+		return def
+	}
+	return f
 }
 
 // gogc reads GOGC as the runtime accepts it: "off" or a percentage.

@@ -229,6 +229,41 @@ func TestGOGC(t *testing.T) {
 	}
 }
 
+// AUTOMEMLIMIT is the share of memory the heap is given, or off.
+func TestMemoryRatio(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		want  float64
+		ok    bool
+	}{
+		{"", config.DefaultMemoryRatio, true},
+		{"off", 0, true},
+		{"0.5", 0.5, true},
+		{"1", 1, true},
+		{"0", 0, false},
+		{"1.5", 0, false},
+		{"-0.1", 0, false},
+		{"NaN", 0, false},
+		{"90%", 0, false},
+	} {
+		e := map[string]string{"DATA_DIR": t.TempDir()}
+		if tc.value != "" {
+			e["AUTOMEMLIMIT"] = tc.value
+		}
+		c, err := config.LoadFrom(env(e))
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), "AUTOMEMLIMIT") {
+				t.Errorf("AUTOMEMLIMIT=%q: %v, want an error naming it", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.MemoryRatio != tc.want {
+			t.Errorf("AUTOMEMLIMIT=%q: %v, %v; want %v", tc.value, c.MemoryRatio, err, tc.want)
+		}
+	}
+}
+
 // CLOCK_SKEW shifts a development instance's clock (the chaos run's skewed
 // instance); production refuses it (TestInvalidValuesNameTheirVariable).
 func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {

@@ -11,8 +11,9 @@
 // limit the runtime collects as often as it must, whatever GOGC says.
 //
 // The operator's own GOGC and GOMEMLIMIT always win (the runtime reads
-// them at start; nothing here overrides them), and AUTOMEMLIMIT (a ratio,
-// or "off") is automemlimit's own setting.
+// them at start; nothing here overrides them). AUTOMEMLIMIT (a ratio, or
+// "off") is automemlimit's setting of the share of memory; config
+// validates it.
 package gctune
 
 import (
@@ -27,11 +28,6 @@ import (
 // none and a memory limit bounds the heap.
 const DefaultPercent = 400
 
-// memoryRatio is the share of the container's (or machine's) memory given
-// to the Go heap as GOMEMLIMIT; the rest is the runtime's own overhead,
-// stacks and the page cache.
-const memoryRatio = 0.9
-
 // Settings is what the collector runs with, for the start-up log.
 type Settings struct {
 	// Percent is GOGC (-1: off).
@@ -45,16 +41,22 @@ type Settings struct {
 	LimitErr error
 }
 
-// Apply sets the memory limit, then GOGC, and reports both; gogc is the
-// operator's GOGC ("": unset). A limit that cannot be read is not fatal:
-// the instance runs with the runtime's defaults, and Settings says why.
-func Apply(gogc string) Settings {
-	limit, err := memlimit.Set(
-		memlimit.WithRatio(memoryRatio),
-		memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)),
-	)
-	s := Settings{Limit: limit, LimitErr: err}
-	s.Percent, s.PercentFrom = percent(gogc, limit)
+// Apply sets the memory limit, then GOGC, and reports both. gogc is the
+// operator's GOGC ("": unset); ratio is the share of the container's (or
+// machine's) memory the heap is given (0: none; the operator's GOMEMLIMIT
+// wins either way). A limit that cannot be read is not fatal: the
+// instance runs with the runtime's defaults, and Settings says why.
+func Apply(gogc string, ratio float64) Settings {
+	var s Settings
+	if ratio > 0 {
+		s.Limit, s.LimitErr = memlimit.Set(
+			memlimit.WithRatio(ratio),
+			memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)),
+		)
+	} else {
+		s.Limit = debug.SetMemoryLimit(-1)
+	}
+	s.Percent, s.PercentFrom = percent(gogc, s.Limit)
 	if s.PercentFrom == "default" {
 		debug.SetGCPercent(s.Percent)
 	} else {

@@ -45,11 +45,10 @@ func restore(t *testing.T) {
 func TestApplySetsALimitAndTheLargerPercent(t *testing.T) {
 	restore(t)
 	t.Setenv("GOMEMLIMIT", "")
-	t.Setenv("AUTOMEMLIMIT", "0.5")
 	debug.SetGCPercent(100)
 	debug.SetMemoryLimit(math.MaxInt64)
 
-	s := Apply("")
+	s := Apply("", 0.5)
 	if s.LimitErr != nil {
 		t.Fatalf("limit: %v", s.LimitErr)
 	}
@@ -69,28 +68,30 @@ func TestApplySetsALimitAndTheLargerPercent(t *testing.T) {
 
 func TestApplyLeavesTheOperatorsSettings(t *testing.T) {
 	for _, tc := range []struct {
-		name                 string
-		gogc, memlimit, auto string
-		wantFrom             string
-		wantLimit            int64
+		name           string
+		gogc, memlimit string
+		ratio          float64
+		wantFrom       string
+		wantLimit      int64
 	}{
 		// The runtime read GOGC and GOMEMLIMIT when the process started;
 		// Apply must not change what it made of them.
-		{"GOGC set", "150", "", "0.5", "GOGC", -1},
-		{"GOMEMLIMIT set: the larger default under the operator's limit", "", "1GiB", "", "default", 1 << 40},
-		{"automemlimit off, no limit", "", "", "off", "runtime", math.MaxInt64},
+		{"GOGC set", "150", "", 0.5, "GOGC", -1},
+		{"GOMEMLIMIT set: the larger default under the operator's limit", "", "1GiB", 0.9, "default", 1 << 40},
+		{"automemlimit off, no limit", "", "", 0, "runtime", math.MaxInt64},
+		{"automemlimit off under the operator's limit", "", "1GiB", 0, "default", 1 << 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			restore(t)
 			t.Setenv("GOMEMLIMIT", tc.memlimit)
-			t.Setenv("AUTOMEMLIMIT", tc.auto)
+			t.Setenv("AUTOMEMLIMIT", "") // the ratio is the argument (config reads AUTOMEMLIMIT)
 			debug.SetGCPercent(137)
 			debug.SetMemoryLimit(1 << 40)
 			if tc.wantLimit == math.MaxInt64 {
 				debug.SetMemoryLimit(math.MaxInt64)
 			}
 
-			s := Apply(tc.gogc)
+			s := Apply(tc.gogc, tc.ratio)
 			if s.PercentFrom != tc.wantFrom {
 				t.Fatalf("settings = %+v; want GOGC from %q", s, tc.wantFrom)
 			}

@@ -202,9 +202,9 @@ func (p *Process) Start() error {
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	// The Go runtime's knobs reach the child only when asked for with a
-	// RIG_ prefix (RIG_GOGC=400 make bench), so the rig's own settings
+	// RIG_ prefix (RIG_GOGC=100 make bench), so the rig's own settings
 	// never leak into what is measured by accident.
-	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "GODEBUG"} {
+	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "AUTOMEMLIMIT", "GODEBUG"} {
 		if v, ok := os.LookupEnv("RIG_" + k); ok {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
