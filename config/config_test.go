@@ -163,13 +163,39 @@ func TestAdmitClaimsFollowsThePool(t *testing.T) {
 	}
 }
 
+// setting is one value of a variable in a table test: what it reads as,
+// or (ok false) that it stops the start with an error naming the variable.
+type setting[T comparable] struct {
+	value string // "": unset
+	want  T
+	ok    bool
+}
+
+// checkSettings loads each value of name alone and compares what get
+// reads of it.
+func checkSettings[T comparable](t *testing.T, name string, get func(config.Config) T, cases []setting[T]) {
+	t.Helper()
+	for _, tc := range cases {
+		e := map[string]string{"DATA_DIR": t.TempDir()}
+		if tc.value != "" {
+			e[name] = tc.value
+		}
+		c, err := config.LoadFrom(env(e))
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: %v, want an error naming it", name, tc.value, err)
+			}
+			continue
+		}
+		if err != nil || get(c) != tc.want {
+			t.Errorf("%s=%q: %v, %v; want %v", name, tc.value, get(c), err, tc.want)
+		}
+	}
+}
+
 func TestPipelineConns(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		value string
-		want  int
-		ok    bool
-	}{
+	checkSettings(t, "DATABASE_PIPELINE_CONNS", func(c config.Config) int { return c.Database.PipelineConns }, []setting[int]{
 		{"", config.DefaultPipelineConns, true},
 		{"0", 0, true}, // off
 		{"4", 4, true},
@@ -177,66 +203,29 @@ func TestPipelineConns(t *testing.T) {
 		{"-1", 0, false},
 		{"65", 0, false},
 		{"two", 0, false},
-	} {
-		e := map[string]string{"DATA_DIR": t.TempDir()}
-		if tc.value != "" {
-			e["DATABASE_PIPELINE_CONNS"] = tc.value
-		}
-		c, err := config.LoadFrom(env(e))
-		if !tc.ok {
-			if err == nil || !strings.Contains(err.Error(), "DATABASE_PIPELINE_CONNS") {
-				t.Errorf("DATABASE_PIPELINE_CONNS=%q: %v, want an error naming it", tc.value, err)
-			}
-			continue
-		}
-		if err != nil || c.Database.PipelineConns != tc.want {
-			t.Errorf("DATABASE_PIPELINE_CONNS=%q: %d, %v; want %d", tc.value, c.Database.PipelineConns, err, tc.want)
-		}
-	}
+	})
 }
 
 // GOGC is the operator's (the runtime reads it itself); a value the runtime
 // would silently ignore stops the start.
 func TestGOGC(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		value string
-		ok    bool
-	}{
-		{"", true}, // unset: app/gctune chooses
-		{"off", true},
-		{"0", true},
-		{"400", true},
-		{"-1", false},
-		{"OFF", false},
-		{"4OO", false},
-		{"100%", false},
-	} {
-		e := map[string]string{"DATA_DIR": t.TempDir()}
-		if tc.value != "" {
-			e["GOGC"] = tc.value
-		}
-		c, err := config.LoadFrom(env(e))
-		if !tc.ok {
-			if err == nil || !strings.Contains(err.Error(), "GOGC") {
-				t.Errorf("GOGC=%q: %v, want an error naming it", tc.value, err)
-			}
-			continue
-		}
-		if err != nil || c.GOGC != tc.value {
-			t.Errorf("GOGC=%q: %q, %v; want it kept as given", tc.value, c.GOGC, err)
-		}
-	}
+	checkSettings(t, "GOGC", func(c config.Config) string { return c.GOGC }, []setting[string]{
+		{"", "", true}, // unset: app/gctune chooses
+		{"off", "off", true},
+		{"0", "0", true},
+		{"400", "400", true},
+		{"-1", "", false},
+		{"OFF", "", false},
+		{"4OO", "", false},
+		{"100%", "", false},
+	})
 }
 
 // AUTOMEMLIMIT is the share of memory the heap is given, or off.
 func TestMemoryRatio(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		value string
-		want  float64
-		ok    bool
-	}{
+	checkSettings(t, "AUTOMEMLIMIT", func(c config.Config) float64 { return c.MemoryRatio }, []setting[float64]{
 		{"", config.DefaultMemoryRatio, true},
 		{"off", 0, true},
 		{"0.5", 0.5, true},
@@ -246,22 +235,7 @@ func TestMemoryRatio(t *testing.T) {
 		{"-0.1", 0, false},
 		{"NaN", 0, false},
 		{"90%", 0, false},
-	} {
-		e := map[string]string{"DATA_DIR": t.TempDir()}
-		if tc.value != "" {
-			e["AUTOMEMLIMIT"] = tc.value
-		}
-		c, err := config.LoadFrom(env(e))
-		if !tc.ok {
-			if err == nil || !strings.Contains(err.Error(), "AUTOMEMLIMIT") {
-				t.Errorf("AUTOMEMLIMIT=%q: %v, want an error naming it", tc.value, err)
-			}
-			continue
-		}
-		if err != nil || c.MemoryRatio != tc.want {
-			t.Errorf("AUTOMEMLIMIT=%q: %v, %v; want %v", tc.value, c.MemoryRatio, err, tc.want)
-		}
-	}
+	})
 }
 
 // CLOCK_SKEW shifts a development instance's clock (the chaos run's skewed
