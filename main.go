@@ -147,7 +147,7 @@ func serve() error {
 			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())
 		}
 	}
-	logGC(log, gctune.Apply(cfg.GOGC, cfg.MemoryRatio))
+	logGC(log, gctune.Apply(gctune.Options{GOGC: cfg.GC.GOGC, GOMEMLIMIT: cfg.GC.GOMEMLIMIT, Ratio: cfg.GC.MemoryRatio}))
 	store := "sqlite"
 	if cfg.Database.Postgres() {
 		store = "postgres"
@@ -168,7 +168,7 @@ func serve() error {
 }
 
 // logGC says what the garbage collector runs with: an instance's memory
-// use follows from it (README, "Operations").
+// use follows from it (README, "Configuration").
 func logGC(log *slog.Logger, gc gctune.Settings) {
 	limit := "none"
 	if gc.Limit > 0 && gc.Limit < math.MaxInt64 {
@@ -177,7 +177,8 @@ func logGC(log *slog.Logger, gc gctune.Settings) {
 	if gc.LimitErr != nil {
 		log.Warn("memory limit unknown; the garbage collector keeps the runtime's defaults", "err", gc.LimitErr)
 	}
-	log.Info("garbage collector", "gogc", gc.Percent, "gogc_from", gc.PercentFrom, "memory_limit", limit)
+	log.Info("garbage collector", "gogc", gc.Percent, "gogc_from", gc.PercentFrom,
+		"memory_limit", limit, "memory_limit_from", gc.LimitFrom)
 }
 
 func contains(xs []string, x string) bool {

@@ -76,16 +76,7 @@ type Config struct {
 	Limits   Limits
 	Webhooks Webhooks
 
-	// GOGC is the garbage collector setting as the operator gave it ("":
-	// unset). The runtime reads it itself at start; it is here so the
-	// gateway knows not to choose its own (app/gctune), and so a value the
-	// runtime would silently ignore stops the start instead.
-	GOGC string
-	// MemoryRatio is the share of the container's (or machine's) memory
-	// the Go heap is given as its limit (AUTOMEMLIMIT, default
-	// DefaultMemoryRatio; "off", 0 here, sets none). GOMEMLIMIT, read by
-	// the runtime itself, wins over it.
-	MemoryRatio float64
+	GC GC
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	// Instance names this gateway instance in metrics and logs
@@ -99,6 +90,20 @@ type Config struct {
 	// so a test's skewed instance stamps with its skewed clock and shows
 	// that no lease or age depends on it).
 	ClockSync bool
+}
+
+// GC is what the garbage collector runs with (app/gctune sets it at start).
+type GC struct {
+	// GOGC and GOMEMLIMIT are the operator's, as set ("": unset). The
+	// runtime reads them itself before main (a malformed GOMEMLIMIT
+	// aborts it there); they are here so the gateway knows not to choose
+	// its own, and so a GOGC the runtime would silently ignore stops the
+	// start instead.
+	GOGC, GOMEMLIMIT string
+	// MemoryRatio is the share of the container's (or machine's) memory
+	// set as the memory limit when GOMEMLIMIT is unset (AUTOMEMLIMIT,
+	// default DefaultMemoryRatio; "off", 0 here, sets none).
+	MemoryRatio float64
 }
 
 // Database selects the store.
@@ -308,9 +313,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			RedisURL:       Secret(r.str("REDIS_URL", "")),
 			RedisKeyPrefix: r.str("REDIS_KEY_PREFIX", "oncepay:"),
 		},
-		Webhooks:        Webhooks{RetrySchedule: r.durations("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule)},
-		GOGC:            r.gogc("GOGC"),
-		MemoryRatio:     r.ratioOrOff("AUTOMEMLIMIT", DefaultMemoryRatio),
+		Webhooks: Webhooks{RetrySchedule: r.durations("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule)},
+		GC: GC{
+			GOGC:        r.gogc("GOGC"),
+			GOMEMLIMIT:  r.raw("GOMEMLIMIT"),
+			MemoryRatio: r.ratioOrOff("AUTOMEMLIMIT", DefaultMemoryRatio),
+		},
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
@@ -668,15 +676,24 @@ func (r *reader) ratioOrOff(name string, def float64) float64 {
 	return f
 }
 
-// gogc reads GOGC as the runtime accepts it: "off" or a percentage.
+// gogc reads GOGC exactly as the runtime does ("off", or a 32-bit integer,
+// negative meaning off; nothing trimmed): anything else the runtime would
+// ignore for its 100.
 func (r *reader) gogc(name string) string {
-	v := r.str(name, "")
+	v := r.raw(name)
 	if v == "" || v == "off" {
 		return v
 	}
-	if n, err := strconv.Atoi(v); err != nil || n < 0 {
-		r.fail(name, "want off or a percentage (an integer ≥ 0), got %q", v)
+	if _, err := strconv.ParseInt(v, 10, 32); err != nil {
+		r.fail(name, "want off or a percentage (an integer), got %q", v)
 	}
+	return v
+}
+
+// raw is name's value as set, untrimmed ("": unset), for the settings the
+// Go runtime reads itself.
+func (r *reader) raw(name string) string {
+	v, _ := r.lookup(name)
 	return v
 }
 

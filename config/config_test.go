@@ -210,22 +210,24 @@ func TestPipelineConns(t *testing.T) {
 // would silently ignore stops the start.
 func TestGOGC(t *testing.T) {
 	t.Parallel()
-	checkSettings(t, "GOGC", func(c config.Config) string { return c.GOGC }, []setting[string]{
+	checkSettings(t, "GOGC", func(c config.Config) string { return c.GC.GOGC }, []setting[string]{
 		{"", "", true}, // unset: app/gctune chooses
 		{"off", "off", true},
 		{"0", "0", true},
 		{"400", "400", true},
-		{"-1", "", false},
+		{"-1", "-1", true}, // off, to the runtime
 		{"OFF", "", false},
 		{"4OO", "", false},
 		{"100%", "", false},
+		{" 400", "", false},       // the runtime does not trim
+		{"3000000000", "", false}, // nor read past 32 bits
 	})
 }
 
 // AUTOMEMLIMIT is the share of memory the heap is given, or off.
 func TestMemoryRatio(t *testing.T) {
 	t.Parallel()
-	checkSettings(t, "AUTOMEMLIMIT", func(c config.Config) float64 { return c.MemoryRatio }, []setting[float64]{
+	checkSettings(t, "AUTOMEMLIMIT", func(c config.Config) float64 { return c.GC.MemoryRatio }, []setting[float64]{
 		{"", config.DefaultMemoryRatio, true},
 		{"off", 0, true},
 		{"0.5", 0.5, true},

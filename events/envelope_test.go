@@ -78,6 +78,27 @@ func TestEncodedObjectIsTheValuesEncoding(t *testing.T) {
 	}
 }
 
+// Encoded is its JSON wherever encoding/json meets it; empty, null.
+func TestEncodedMarshalsAsItself(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(struct {
+		O Encoded `json:"o"`
+		N Encoded `json:"n"`
+	}{O: Encoded(`{"a":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, `{"o":{"a":1},"n":null}`, string(b))
+
+	at := time.Date(2026, 12, 6, 4, 30, 1, 0, time.UTC)
+	p := Params{MerchantID: "ten_1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: json.RawMessage(nil)}
+	want, err := build(p, at)
+	require.NoError(t, err)
+	p.Object = Encoded(nil)
+	got, err := build(p, at)
+	require.NoError(t, err)
+	require.Equal(t, string(want.Payload), strings.Replace(string(got.Payload), got.ID, want.ID, 1))
+	require.True(t, json.Valid(got.Payload), string(got.Payload))
+}
+
 func BenchmarkEnvelope(b *testing.B) {
 	obj, _ := json.Marshal(map[string]any{"id": "pay_1", "object": "payment", "amount": 5000, "currency": "NGN",
 		"status": "succeeded", "provider": "simulator", "email": "ada@example.com", "metadata": map[string]any{}})

@@ -108,6 +108,15 @@ type Params struct {
 // succeeded event's object, is the common case.
 type Encoded []byte
 
+// MarshalJSON is e as it is, so an Encoded reached by encoding/json (in a
+// struct, say) is its JSON, not base64 of its bytes; nothing as null.
+func (e Encoded) MarshalJSON() ([]byte, error) {
+	if len(e) == 0 {
+		return []byte("null"), nil
+	}
+	return e, nil
+}
+
 // dedupe is what makes p's event unique: the same transition reported
 // again (a replayed 202, a webhook and a lookup both settling) writes one.
 func (p Params) dedupe() string {
@@ -126,6 +135,9 @@ func build(p Params, now time.Time) (Event, error) {
 		return Event{}, fmt.Errorf("events: bad event %q for %q", p.Type, p.ObjectID)
 	}
 	obj, ok := p.Object.(Encoded)
+	if ok && len(obj) == 0 {
+		obj = Encoded("null") // as encoding/json makes of an empty json.RawMessage
+	}
 	if !ok {
 		var err error
 		if obj, err = json.Marshal(p.Object); err != nil {

@@ -1,22 +1,26 @@
-// Package gctune sets the Go garbage collector for a gateway instance: a
-// memory limit from the container (or the machine), and, under that bound,
-// a larger GOGC than the runtime's 100.
+// Package gctune sets the Go garbage collector for a gateway instance at
+// start: a soft memory limit from the container's memory limit (or the
+// machine's memory), and, under a limit large enough, a larger GOGC than the
+// runtime's 100.
 //
 // Why: a gateway's live heap is small (tens of MiB) and its allocation rate
 // high (every request's JSON, SQL arguments and buffers), so at GOGC=100
 // the collector runs several times a second and took about a tenth of an
 // instance's CPU under load (bench/README.md). GOGC=400 lets the heap grow
-// to five times the live heap between cycles. That memory must exist, so
-// the larger GOGC is only taken with a memory limit in force: near the
-// limit the runtime collects as often as it must, whatever GOGC says.
+// to about five times the live heap between cycles; with 2,000 requests in
+// flight an instance's peak memory about doubled (178 → 364 MiB). That
+// memory must exist, so the larger GOGC is taken only under a memory limit
+// of at least MinLimit: near the limit the runtime collects as often as it
+// must (up to about half the CPU), whatever GOGC says. A smaller container
+// keeps the runtime's 100.
 //
-// The operator's own GOGC and GOMEMLIMIT always win (the runtime reads
-// them at start; nothing here overrides them). AUTOMEMLIMIT (a ratio, or
-// "off") is automemlimit's setting of the share of memory; config
-// validates it.
+// The operator's own GOGC and GOMEMLIMIT always win: the runtime read them
+// at start, and nothing here overrides them. The limit is read once, at
+// start.
 package gctune
 
 import (
+	"errors"
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
@@ -25,38 +29,47 @@ import (
 )
 
 // DefaultPercent is the GOGC the gateway runs with when the operator set
-// none and a memory limit bounds the heap.
+// none and a memory limit of at least MinLimit bounds the heap.
 const DefaultPercent = 400
+
+// MinLimit is the smallest memory limit under which DefaultPercent is
+// taken: below it the doubled peak of a busy instance would not fit.
+const MinLimit = 512 << 20
+
+// Options are the operator's settings, as config read them.
+type Options struct {
+	// GOGC and GOMEMLIMIT are the environment's values ("": unset); the
+	// runtime has already applied them.
+	GOGC, GOMEMLIMIT string
+	// Ratio is the share of the container's (or machine's) memory set as
+	// the limit when GOMEMLIMIT is unset (AUTOMEMLIMIT; 0: none).
+	Ratio float64
+}
 
 // Settings is what the collector runs with, for the start-up log.
 type Settings struct {
 	// Percent is GOGC (-1: off).
 	Percent int
 	// PercentFrom says who chose Percent: "GOGC" (the operator), "default"
-	// (this package) or "runtime" (the runtime's 100: no memory limit).
+	// (DefaultPercent) or "runtime" (its 100: no limit, or one under
+	// MinLimit).
 	PercentFrom string
-	// Limit is GOMEMLIMIT in bytes (math.MaxInt64: none).
+	// Limit is the memory limit in bytes (math.MaxInt64: none).
 	Limit int64
+	// LimitFrom says where Limit came from: "GOMEMLIMIT", "container"
+	// (the cgroup's limit), "machine" (its memory, outside a limited
+	// container) or "none".
+	LimitFrom string
 	// LimitErr is why no limit could be read, if one could not.
 	LimitErr error
 }
 
-// Apply sets the memory limit, then GOGC, and reports both. gogc is the
-// operator's GOGC ("": unset); ratio is the share of the container's (or
-// machine's) memory the heap is given (0: none; the operator's GOMEMLIMIT
-// wins either way). A limit that cannot be read is not fatal: the
-// instance runs with the runtime's defaults, and Settings says why.
-func Apply(gogc string, ratio float64) Settings {
-	var s Settings
-	if ratio > 0 {
-		s.Limit, s.LimitErr = memlimit.Set(
-			memlimit.WithRatio(ratio),
-			memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)),
-		)
-	} else {
-		s.Limit = debug.SetMemoryLimit(-1)
-	}
-	s.Percent, s.PercentFrom = percent(gogc, s.Limit)
+// Apply sets the memory limit, then GOGC, and reports both. A limit that
+// cannot be read is not fatal: the instance runs with the runtime's
+// defaults, and Settings says why.
+func Apply(o Options) Settings {
+	s := setLimit(o, memlimit.FromCgroup, memlimit.FromSystem)
+	s.Percent, s.PercentFrom = percent(o.GOGC, s.Limit)
 	if s.PercentFrom == "default" {
 		debug.SetGCPercent(s.Percent)
 	} else {
@@ -65,13 +78,48 @@ func Apply(gogc string, ratio float64) Settings {
 	return s
 }
 
+// setLimit sets the runtime's memory limit to o.Ratio of what container
+// reports, or of what machine does when container reports no limit (or
+// cannot be read), unless the operator set GOMEMLIMIT or no ratio.
+func setLimit(o Options, container, machine memlimit.Provider) Settings {
+	current := Settings{Limit: debug.SetMemoryLimit(-1), LimitFrom: "none"}
+	switch {
+	case o.GOMEMLIMIT != "":
+		current.LimitFrom = "GOMEMLIMIT"
+		return current
+	case o.Ratio <= 0 || o.Ratio > 1:
+		return current
+	}
+	from := "container"
+	total, err := container()
+	if err != nil {
+		from = "machine"
+		var merr error
+		if total, merr = machine(); merr != nil {
+			current.LimitErr = errors.Join(err, merr)
+			return current
+		}
+	}
+	f := float64(total) * o.Ratio
+	if f < 1 {
+		current.LimitErr = errors.New("gctune: no memory reported")
+		return current
+	}
+	limit := int64(math.MaxInt64) // more than anyone has: no limit
+	if f < 1<<62 {
+		limit = int64(f)
+	}
+	debug.SetMemoryLimit(limit)
+	return Settings{Limit: limit, LimitFrom: from}
+}
+
 // percent decides GOGC: the operator's when set, DefaultPercent under a
-// memory limit, else the runtime's own.
+// memory limit of at least MinLimit, else the runtime's own.
 func percent(env string, limit int64) (int, string) {
 	switch {
 	case env != "":
 		return 0, "GOGC"
-	case limit > 0 && limit < math.MaxInt64:
+	case limit >= MinLimit && limit < math.MaxInt64:
 		return DefaultPercent, "default"
 	default:
 		return 0, "runtime"

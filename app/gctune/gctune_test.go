@@ -1,9 +1,12 @@
 package gctune
 
 import (
+	"errors"
 	"math"
 	"runtime/debug"
 	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 func TestPercent(t *testing.T) {
@@ -18,8 +21,9 @@ func TestPercent(t *testing.T) {
 		{"operator's GOGC wins, limit or not", "150", 1 << 30, 0, "GOGC"},
 		{"operator's GOGC=off wins", "off", math.MaxInt64, 0, "GOGC"},
 		{"a memory limit bounds the heap: the larger default", "", 1 << 30, DefaultPercent, "default"},
+		{"the smallest limit that takes it", "", MinLimit, DefaultPercent, "default"},
+		{"a small container keeps the runtime's", "", MinLimit - 1, 0, "runtime"},
 		{"no limit: the runtime's own", "", math.MaxInt64, 0, "runtime"},
-		{"no limit read: the runtime's own", "", 0, 0, "runtime"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, from := percent(tc.env, tc.limit)
@@ -30,81 +34,77 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// restore puts the process's collector settings back after a test that
-// applied them (they are global, so these tests never run in parallel).
-func restore(t *testing.T) {
+// keep puts the process's collector settings back after a test that set
+// them (they are global, so these tests never run in parallel), and starts
+// the test from the runtime's defaults.
+func keep(t *testing.T) {
 	t.Helper()
-	percent, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
-	debug.SetGCPercent(percent)
+	gogc, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() {
-		debug.SetGCPercent(percent)
+		debug.SetGCPercent(gogc)
 		debug.SetMemoryLimit(limit)
 	})
 }
 
-func TestApplySetsALimitAndTheLargerPercent(t *testing.T) {
-	restore(t)
-	t.Setenv("GOMEMLIMIT", "")
-	debug.SetGCPercent(100)
-	debug.SetMemoryLimit(math.MaxInt64)
-
-	s := Apply("", 0.5)
-	if s.LimitErr != nil {
-		t.Fatalf("limit: %v", s.LimitErr)
-	}
-	if s.Limit <= 0 || s.Limit == math.MaxInt64 {
-		t.Fatalf("limit = %d; want the machine's (or container's) memory times 0.5", s.Limit)
-	}
-	if got := debug.SetMemoryLimit(-1); got != s.Limit {
-		t.Fatalf("runtime's limit = %d; Settings say %d", got, s.Limit)
-	}
-	if s.Percent != DefaultPercent || s.PercentFrom != "default" {
-		t.Fatalf("settings = %+v; want GOGC %d from the default", s, DefaultPercent)
-	}
-	if got := currentPercent(); got != DefaultPercent {
-		t.Fatalf("runtime's GOGC = %d; want %d", got, DefaultPercent)
+func TestSetLimit(t *testing.T) {
+	const gib = 1 << 30
+	limited := memlimit.Limit(2 * gib)
+	unlimited := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
+	unreadable := func() (uint64, error) { return 0, errors.New("no cgroup mounted") }
+	for _, tc := range []struct {
+		name               string
+		o                  Options
+		container, machine memlimit.Provider
+		want               int64
+		wantFrom           string
+		wantErr            bool
+	}{
+		{"the container's limit", Options{Ratio: 0.9}, limited, memlimit.Limit(24 * gib), 2 * gib * 9 / 10, "container", false},
+		{"a container without a limit: the machine's memory", Options{Ratio: 0.5}, unlimited, memlimit.Limit(24 * gib), 12 * gib, "machine", false},
+		{"no cgroup: the machine's memory", Options{Ratio: 0.5}, unreadable, memlimit.Limit(4 * gib), 2 * gib, "machine", false},
+		{"nothing readable: none, and why", Options{Ratio: 0.9}, unreadable, unlimited, math.MaxInt64, "none", true},
+		{"the operator's GOMEMLIMIT is left as the runtime set it", Options{GOMEMLIMIT: "1GiB", Ratio: 0.9}, limited, limited, math.MaxInt64, "GOMEMLIMIT", false},
+		{"AUTOMEMLIMIT=off: none", Options{Ratio: 0}, limited, limited, math.MaxInt64, "none", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keep(t)
+			s := setLimit(tc.o, tc.container, tc.machine)
+			if s.Limit != tc.want || s.LimitFrom != tc.wantFrom || (s.LimitErr != nil) != tc.wantErr {
+				t.Fatalf("settings = %+v; want limit %d from %q (error: %v)", s, tc.want, tc.wantFrom, tc.wantErr)
+			}
+			if got := debug.SetMemoryLimit(-1); got != tc.want {
+				t.Fatalf("runtime's limit = %d; want %d", got, tc.want)
+			}
+		})
 	}
 }
 
-func TestApplyLeavesTheOperatorsSettings(t *testing.T) {
-	for _, tc := range []struct {
-		name           string
-		gogc, memlimit string
-		ratio          float64
-		wantFrom       string
-		wantLimit      int64
-	}{
-		// The runtime read GOGC and GOMEMLIMIT when the process started;
-		// Apply must not change what it made of them.
-		{"GOGC set", "150", "", 0.5, "GOGC", -1},
-		{"GOMEMLIMIT set: the larger default under the operator's limit", "", "1GiB", 0.9, "default", 1 << 40},
-		{"automemlimit off, no limit", "", "", 0, "runtime", math.MaxInt64},
-		{"automemlimit off under the operator's limit", "", "1GiB", 0, "default", 1 << 40},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			restore(t)
-			t.Setenv("GOMEMLIMIT", tc.memlimit)
-			t.Setenv("AUTOMEMLIMIT", "") // the ratio is the argument (config reads AUTOMEMLIMIT)
-			debug.SetGCPercent(137)
-			debug.SetMemoryLimit(1 << 40)
-			if tc.wantLimit == math.MaxInt64 {
-				debug.SetMemoryLimit(math.MaxInt64)
-			}
+func TestApplyTakesTheLargerPercentUnderALimit(t *testing.T) {
+	keep(t)
+	s := Apply(Options{Ratio: 0.5})
+	if s.LimitErr != nil || s.LimitFrom == "none" {
+		t.Fatalf("settings = %+v; want a limit from this machine or container", s)
+	}
+	if s.Limit < MinLimit {
+		t.Skipf("this machine's limit (%d bytes) is under MinLimit", s.Limit)
+	}
+	if s.Percent != DefaultPercent || s.PercentFrom != "default" || currentPercent() != DefaultPercent {
+		t.Fatalf("settings = %+v, runtime's GOGC %d; want %d from the default", s, currentPercent(), DefaultPercent)
+	}
+}
 
-			s := Apply(tc.gogc, tc.ratio)
-			if s.PercentFrom != tc.wantFrom {
-				t.Fatalf("settings = %+v; want GOGC from %q", s, tc.wantFrom)
-			}
-			wantPercent := 137
-			if tc.wantFrom == "default" {
-				wantPercent = DefaultPercent
-			}
-			if got := currentPercent(); got != wantPercent || s.Percent != wantPercent {
-				t.Fatalf("GOGC = %d (settings %d); want %d", got, s.Percent, wantPercent)
-			}
-			if tc.wantLimit > 0 && s.Limit != tc.wantLimit {
-				t.Fatalf("limit = %d; want %d (left as it was)", s.Limit, tc.wantLimit)
-			}
-		})
+func TestApplyLeavesTheOperatorsGOGC(t *testing.T) {
+	for _, o := range []Options{
+		{GOGC: "150", Ratio: 0.5},       // the runtime read GOGC at start: 137 below stands for it
+		{GOGC: "off", Ratio: 0.5},       // likewise
+		{Ratio: 0},                      // no limit: the runtime's own
+		{GOMEMLIMIT: "off", Ratio: 0.9}, // the operator's "no limit"
+	} {
+		keep(t)
+		debug.SetGCPercent(137)
+		s := Apply(o)
+		if s.PercentFrom == "default" || s.Percent != 137 || currentPercent() != 137 {
+			t.Fatalf("%+v: settings = %+v, runtime's GOGC %d; want 137 left as it was", o, s, currentPercent())
+		}
 	}
 }
