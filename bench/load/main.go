@@ -541,6 +541,9 @@ func render(o options, results []result, rounds []round, replays []replayRound, 
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgVersion(o.db))
 	fmt.Fprintf(&b, "Settings: %d concurrent HTTP clients over loopback, %s per scenario, %d rounds of new payments alternating with pgbench, DATABASE_MAX_CONNS=%d, simulator provider at SIMULATOR_LATENCY=0, RATE_LIMIT_PER_SECOND=0, LOG_LEVEL=error. Reproduce with `make bench BENCH_DURATION=%s BENCH_CLIENTS=%d%s`.\n\n",
 		o.clients, o.duration, len(rounds), o.conns, o.duration, o.clients, roundsFlag(o.rounds))
+	if len(rounds) > 0 && rounds[0].pool.gc() != "" {
+		fmt.Fprintf(&b, "The gateway's garbage collector (its /metrics): %s.\n\n", rounds[0].pool.gc())
+	}
 	b.WriteString("| scenario | req/s | p50 | p95 | p99 | answers | what |\n|---|---:|---:|---:|---:|---|---|\n")
 	row := func(r result) {
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.rate(),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -338,6 +339,11 @@ type poolStats struct {
 	// The database pipeline's statements and the round trips they took
 	// (oncepay_db_pipeline_*): their ratio is how many requests shared one.
 	pipeStatements, pipeTrips int64
+	// The gateway's garbage collector as it runs (go_gc_gogc_percent,
+	// go_gc_gomemlimit_bytes): settings, not counters, so a delta keeps
+	// the later scrape's.
+	gcPercent, memLimit float64
+	gcSeen              bool
 }
 
 type poolDelta = poolStats
@@ -345,7 +351,25 @@ type poolDelta = poolStats
 func (a poolStats) sub(b poolStats) poolStats {
 	return poolStats{count: a.count - b.count, wait: a.wait - b.wait, open: a.open,
 		server: a.server - b.server, serverN: a.serverN - b.serverN, provider: a.provider - b.provider, providerN: a.providerN - b.providerN,
-		pipeStatements: a.pipeStatements - b.pipeStatements, pipeTrips: a.pipeTrips - b.pipeTrips}
+		pipeStatements: a.pipeStatements - b.pipeStatements, pipeTrips: a.pipeTrips - b.pipeTrips,
+		gcPercent: a.gcPercent, memLimit: a.memLimit, gcSeen: a.gcSeen}
+}
+
+// gc says what the gateway's collector ran with, for the report's
+// settings ("" when its /metrics did not say).
+func (a poolStats) gc() string {
+	if !a.gcSeen {
+		return ""
+	}
+	gogc := fmt.Sprintf("GOGC=%.0f", a.gcPercent)
+	if a.gcPercent < 0 {
+		gogc = "GOGC=off"
+	}
+	limit := "no memory limit"
+	if a.memLimit > 0 && a.memLimit < math.MaxInt64 {
+		limit = fmt.Sprintf("GOMEMLIMIT=%.0f MiB", a.memLimit/(1<<20))
+	}
+	return gogc + ", " + limit
 }
 
 // shared is the pipeline's statements per round trip ("–" without one).
@@ -415,6 +439,10 @@ func scrapePool(hc *fasthttp.HostClient, base string) (poolStats, error) {
 			s.pipeStatements = int64(val)
 		case "db_pipeline_round_trips_total":
 			s.pipeTrips = int64(val)
+		case "go_gc_gogc_percent":
+			s.gcPercent, s.gcSeen = val, true
+		case "go_gc_gomemlimit_bytes":
+			s.memLimit = val
 		}
 	}
 	return s, sc.Err()
