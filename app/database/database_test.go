@@ -2,7 +2,9 @@ package database_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -150,4 +152,83 @@ ORDER BY merchant_id, provider, transaction_id`).Scan(&rows).Error)
 		}, rows)
 		require.False(t, db.Migrator().HasIndex("payments", "payments_provider_transaction_idx"))
 	})
+}
+
+// The audit log is append-only in the database itself: inserting works,
+// and updating, deleting (or, on PostgreSQL, truncating) an event fails
+// and leaves it as it was.
+func TestAuditLogIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		insert := func(id string) error {
+			return db.Exec(`INSERT INTO audit_events (id, at, actor, action, target_type, target_id)
+VALUES (?, ?, 'admin', 'tenant.created', 'tenant', 'ten_1')`, id, time.Now().UTC()).Error
+		}
+		require.NoError(t, insert("aud_1"))
+		refused := []string{
+			"UPDATE audit_events SET note = 'rewritten' WHERE id = 'aud_1'",
+			"UPDATE audit_events SET note = 'rewritten'",
+			"DELETE FROM audit_events WHERE id = 'aud_1'",
+			"DELETE FROM audit_events",
+		}
+		if database.DialectOf(db) == database.Postgres {
+			refused = append(refused, "TRUNCATE audit_events")
+		}
+		for _, stmt := range refused {
+			err := db.Exec(stmt).Error
+			require.ErrorContains(t, err, "append-only", stmt)
+		}
+		var notes []string
+		require.NoError(t, db.Raw("SELECT note FROM audit_events").Scan(&notes).Error)
+		require.Equal(t, []string{""}, notes, "the event is as it was written")
+		require.NoError(t, insert("aud_2"), "appending still works")
+	})
+}
+
+// A gateway whose role owns nothing and may create nothing starts on a
+// schema its owner migrated: Migrate finds every version applied by reads
+// alone. And that role, granted only to read and append the audit log,
+// cannot change it even with the trigger gone.
+func TestMigrateUnderARoleThatOwnsNothing(t *testing.T) {
+	t.Parallel()
+	dsn := dbtest.PostgresURL(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	schema := u.Query().Get("search_path")
+	admin, err := database.Open(dsn, database.Options{MaxOpenConns: 1, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(admin) })
+	role := "gw_" + schema
+	require.NoError(t, admin.Exec("CREATE ROLE "+role+" LOGIN").Error)
+	t.Cleanup(func() {
+		admin.Exec("DROP OWNED BY " + role)
+		admin.Exec("DROP ROLE " + role)
+	})
+	for _, grant := range []string{
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT ON schema_migrations TO " + role,
+		"GRANT SELECT, INSERT ON audit_events TO " + role,
+		"DROP TRIGGER audit_events_no_change ON audit_events",
+	} {
+		require.NoError(t, admin.Exec(grant).Error, grant)
+	}
+
+	u.User = url.User(role)
+	gw, err := database.Open(u.String(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(gw) })
+	n, err := database.Migrate(gw)
+	require.NoError(t, err, "an up-to-date schema needs no DDL")
+	require.Zero(t, n)
+
+	require.NoError(t, gw.Exec(`INSERT INTO audit_events (id, at, actor, action, target_type, target_id)
+VALUES ('aud_1', ?, 'admin', 'tenant.created', 'tenant', 'ten_1')`, time.Now().UTC()).Error)
+	require.ErrorContains(t, gw.Exec("UPDATE audit_events SET note = 'x'").Error, "permission denied")
+	require.ErrorContains(t, gw.Exec("DELETE FROM audit_events").Error, "permission denied")
+
+	// A schema one version behind is not up to date: Migrate goes on to
+	// its DDL, which this role may not run.
+	require.NoError(t, admin.Exec("DELETE FROM schema_migrations WHERE version = ?", database.Version()).Error)
+	_, err = database.Migrate(gw)
+	require.Error(t, err)
 }

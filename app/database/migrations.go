@@ -23,6 +23,16 @@ var postgresOnly = map[int]string{
 	8:  `CREATE INDEX payments_metadata_idx ON payments USING gin ((metadata::jsonb))`,
 	13: noMerchantStatistics(),
 	14: `ALTER TABLE payments SET (fillfactor = 80)`,
+	15: `
+CREATE FUNCTION audit_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'audit_events is append-only: % refused', TG_OP USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+CREATE TRIGGER audit_events_no_change BEFORE UPDATE OR DELETE ON audit_events
+	FOR EACH ROW EXECUTE FUNCTION audit_events_append_only();
+CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON audit_events
+	FOR EACH STATEMENT EXECUTE FUNCTION audit_events_append_only()`,
 }
 
 // merchantLedTables are the tenant tables with indexes led by merchant_id
@@ -49,6 +59,15 @@ DROP INDEX idempotency_keys_completed_idx;
 CREATE INDEX idempotency_keys_done_idx ON idempotency_keys (merchant_id, completed_at) WHERE status = 'done';
 DROP INDEX payments_recheck_idx;
 CREATE INDEX payments_recheck_idx ON payments (merchant_id, recheck_at) WHERE recheck_at IS NOT NULL;`,
+	15: `
+CREATE TRIGGER audit_events_no_update BEFORE UPDATE ON audit_events
+BEGIN
+	SELECT RAISE(ABORT, 'audit_events is append-only: UPDATE refused');
+END;
+CREATE TRIGGER audit_events_no_delete BEFORE DELETE ON audit_events
+BEGIN
+	SELECT RAISE(ABORT, 'audit_events is append-only: DELETE refused');
+END`,
 }
 
 // migrations are applied in order and never edited once released: a change
@@ -349,6 +368,58 @@ INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment
 	SELECT merchant_id, provider, provider_transaction_id, id FROM payments WHERE provider_transaction_id <> ''
 	ON CONFLICT DO NOTHING;
 DROP INDEX payments_provider_transaction_idx;`},
+	// The audit log is append-only in the database too, not only at the
+	// API (no route changes it): a statement that updates, deletes or
+	// truncates an event fails, whoever sends it — a bug, a hand-run fix,
+	// a tool pointed at the wrong table. The engines spell a trigger
+	// differently (postgresOnly, sqliteOnly). It binds the gateway's own
+	// role as well, which owns the table and could drop the trigger: a
+	// deployment that must hold even against that runs `gateway migrate`
+	// as the owner and the gateway as a role that owns nothing (Migrate
+	// then changes nothing: upToDate; README, "The support desk").
+	{15, "audit_events_append_only", ``},
+}
+
+// statements splits a migration's SQL at its semicolons, except those
+// inside a quoted string, a $$-quoted function body, or a SQLite
+// trigger's BEGIN … END.
+func statements(sql string) []string {
+	var out []string
+	var cur strings.Builder
+	flush := func() {
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	quoted, dollar := false, false
+	for i := 0; i < len(sql); i++ {
+		c := sql[i]
+		switch {
+		case quoted:
+			quoted = c != '\''
+		case strings.HasPrefix(sql[i:], "$$"):
+			dollar = !dollar
+			cur.WriteByte(c)
+			i++
+		case dollar:
+		case c == '\'':
+			quoted = true
+		case c == ';' && !openTrigger(cur.String()):
+			flush()
+			continue
+		}
+		cur.WriteByte(sql[i])
+	}
+	flush()
+	return out
+}
+
+// openTrigger reports whether stmt is a SQLite trigger whose body has not
+// reached its END: a semicolon there ends a statement of the body.
+func openTrigger(stmt string) bool {
+	s := strings.ToUpper(strings.TrimSpace(stmt))
+	return strings.HasPrefix(s, "CREATE TRIGGER") && strings.Contains(s, "BEGIN") && !strings.HasSuffix(s, "END")
 }
 
 func render(d Dialect, sql string) string {
@@ -365,6 +436,9 @@ func render(d Dialect, sql string) string {
 // are recorded in schema_migrations and skipped. On PostgreSQL an advisory
 // lock serialises instances that start together.
 func Migrate(db *gorm.DB) (applied int, err error) {
+	if upToDate(db) {
+		return 0, nil
+	}
 	d := DialectOf(db)
 	err = db.Transaction(func(tx *gorm.DB) error {
 		if d == Postgres {
@@ -402,7 +476,7 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 			if extra := postgresOnly[m.Version]; d == Postgres && extra != "" {
 				sql += ";\n" + extra
 			}
-			for _, stmt := range strings.Split(render(d, sql), ";") {
+			for _, stmt := range statements(render(d, sql)) {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}
@@ -422,6 +496,31 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 		return 0, fmt.Errorf("database: migrate: %w", err)
 	}
 	return applied, nil
+}
+
+// upToDate reports whether every version this binary knows is applied,
+// found by reads alone: a gateway whose role may neither create nor alter
+// tables (`gateway migrate` ran as their owner) then starts without
+// touching the schema. Anything unclear says no, and Migrate goes on under
+// its lock as always.
+func upToDate(db *gorm.DB) bool {
+	if !db.Migrator().HasTable("schema_migrations") {
+		return false
+	}
+	var done []int
+	if err := db.Raw("SELECT version FROM schema_migrations").Scan(&done).Error; err != nil {
+		return false
+	}
+	have := make(map[int]bool, len(done))
+	for _, v := range done {
+		have[v] = true
+	}
+	for _, m := range migrations {
+		if !have[m.Version] {
+			return false
+		}
+	}
+	return true
 }
 
 // Version is the newest schema version this binary knows.
