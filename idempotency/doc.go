@@ -95,7 +95,9 @@
 // it, Guard reads the key then and answers from its row (a replay, 422,
 // 409, or a takeover that runs the handler again), dropping what the
 // handler said: the answers are Middleware's, the read comes after the
-// handler's validation instead of before it.
+// handler's validation instead of before it. A read that fails is a 503,
+// even after the handler refused the body: the key may hold this very
+// request's answer.
 //
 // Under load those two statements of concurrent requests share round
 // trips and commits (app/database/pipeline). Nothing above changes: each

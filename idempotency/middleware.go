@@ -296,13 +296,16 @@ func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
 		// claims it.
 		g.observe(OutcomeConflict)
 		return inUse(c)
-	case rerr != nil && refused:
-		return err
-	case rerr != nil:
-		return unavailable(c, r.log, "read", rerr)
 	}
 	before.CopyTo(&c.Response().Header)
 	c.Response().ResetBody()
+	if rerr != nil {
+		// Even a refused body: the key may be done with this very request
+		// (accepted before, refused now — say its provider was removed),
+		// and its answer must not be turned into the handler's 400 while
+		// the key cannot be read. Nothing was done; the retry is safe.
+		return unavailable(c, r.log, "read", rerr)
+	}
 	return g.known(c, next, r, rec)
 }
 

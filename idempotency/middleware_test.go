@@ -509,3 +509,41 @@ func concurrentRetriesRunTheWorkOnce(t *testing.T, m mode) {
 	require.Equal(t, n-1, conflicts+replays)
 	t.Logf("%d conflicts, %d replays", conflicts, replays)
 }
+
+// Guard reads the key when the handler refuses a body. If that read
+// fails, the answer is 503 (retry with the same key), never the handler's
+// 400: the key may be done with this very request, and its retry, once
+// the database answers again, is the original answer.
+func TestGuardCannotReadTheKeyAfterARefusal(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	var failReads atomic.Bool
+	require.NoError(t, db.Callback().Query().Before("gorm:query").Register("test:fail_key_reads", func(tx *gorm.DB) {
+		if failReads.Load() && tx.Statement.Table == "idempotency_keys" {
+			_ = tx.AddError(errors.New("connection refused"))
+		}
+	}))
+	h := newHarness(t, db, idempotency.NewStore(db), modeGuard)
+
+	first := h.do(t, request{body: "once", keys: key("k1")})
+	require.Equal(t, http.StatusCreated, first.status)
+
+	failReads.Store(true)
+	for _, body := range []string{"once", "invalid"} { // the same request refused now; another body
+		r := h.do(t, request{body: body, keys: key("k1")})
+		require.Equal(t, http.StatusServiceUnavailable, r.status, body)
+		require.Equal(t, "unavailable", r.code(t), body)
+		require.NotEmpty(t, r.header.Get("Retry-After"), body)
+	}
+	r := h.do(t, request{body: "invalid", keys: key("new")})
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "a new key's refusal cannot be told apart either")
+
+	failReads.Store(false)
+	again := h.do(t, request{body: "once", keys: key("k1")})
+	require.Equal(t, http.StatusCreated, again.status, "the original answer")
+	require.Equal(t, first.body, again.body)
+	require.Equal(t, "true", again.header.Get(idempotency.HeaderReplayed))
+	r = h.do(t, request{body: "invalid", keys: key("new")})
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, int32(1), h.runs.Load())
+}
