@@ -284,7 +284,11 @@ func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
 	// Refused: dropped by the handler before its INSERT was sent (an
 	// INSERT that found the key, or timed out waiting, is dropped too).
 	refused := dropped && !found
-	rec, rerr := s.Get(ctx, merchantID, key)
+	// The handler may have spent the request's deadline: the read that
+	// decides the answer has a short one of its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readAfterTimeout)
+	rec, rerr := s.Get(rctx, merchantID, key)
+	cancel()
 	switch {
 	case errors.Is(rerr, ErrNotFound) && refused:
 		// A new key after all: the handler's answer stands.
@@ -308,6 +312,9 @@ func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
 	}
 	return g.known(c, next, r, rec)
 }
+
+// readAfterTimeout bounds Guard's read of a key after its handler ran.
+const readAfterTimeout = 2 * time.Second
 
 // request is what serve knows of a request once its key is valid.
 type request struct {

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,6 +161,7 @@ func (h *harness) handle(c *fiber.Ctx) error {
 		if err := h.store.Release(ctx, claim); err != nil {
 			return err
 		}
+		c.Set(headerRefused, "true")
 		return problem.Invalid(problem.FieldError{Field: "provider", Reason: "not configured"})
 	}
 	if h.hold && action != "invalid" {
@@ -175,6 +177,7 @@ func (h *harness) handle(c *fiber.Ctx) error {
 		if err := h.store.Release(ctx, claim); err != nil {
 			return err
 		}
+		c.Set(headerRefused, "true")
 		return problem.Invalid(problem.FieldError{Field: "amount", Reason: "must be positive"})
 	case "complete", "once":
 		n := h.runs.Add(1)
@@ -204,6 +207,10 @@ func (h *harness) handle(c *fiber.Ctx) error {
 	}
 	return fmt.Errorf("unknown action %q", action)
 }
+
+// headerRefused marks the handler's own refusals, so a test can tell
+// them from the answers the contract gives instead.
+const headerRefused = "X-Handler-Refused"
 
 type result struct {
 	status int
@@ -534,6 +541,7 @@ func TestGuardCannotReadTheKeyAfterARefusal(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, r.status, body)
 		require.Equal(t, "unavailable", r.code(t), body)
 		require.NotEmpty(t, r.header.Get("Retry-After"), body)
+		require.Empty(t, r.header.Get(headerRefused), "nothing of the handler's answer is left: %s", body)
 	}
 	r := h.do(t, request{body: "invalid", keys: key("new")})
 	require.Equal(t, http.StatusServiceUnavailable, r.status, "a new key's refusal cannot be told apart either")
@@ -545,5 +553,40 @@ func TestGuardCannotReadTheKeyAfterARefusal(t *testing.T) {
 	require.Equal(t, "true", again.header.Get(idempotency.HeaderReplayed))
 	r = h.do(t, request{body: "invalid", keys: key("new")})
 	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, "true", r.header.Get(headerRefused), "a new key's refusal is the handler's answer")
 	require.Equal(t, int32(1), h.runs.Load())
+}
+
+// A handler that spent the request's deadline before refusing the body
+// does not spend Guard's read of the key: a done key is still answered
+// from its row.
+func TestGuardReadsTheKeyPastTheRequestDeadline(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	h := newHarness(t, db, idempotency.NewStore(db), modeGuard, func(cfg *idempotency.Config) {
+		scope := cfg.Scope
+		cfg.Scope = func(c *fiber.Ctx) string {
+			if c.Get("X-Test-Spent") != "" { // the deadline has passed by the time the handler returns
+				ctx, cancel := context.WithDeadline(c.UserContext(), time.Now())
+				t.Cleanup(cancel)
+				c.SetUserContext(ctx)
+			}
+			return scope(c)
+		}
+	})
+	first := h.do(t, request{body: "once", keys: key("k1")})
+	require.Equal(t, http.StatusCreated, first.status)
+
+	req := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader("once"))
+	req.Header.Set("X-Test-Merchant", "m1")
+	req.Header.Set("X-Test-Spent", "true")
+	req.Header.Set(idempotency.HeaderKey, "k1")
+	resp, err := h.app.Test(req, -1)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+	require.Equal(t, first.body, body)
+	require.Equal(t, "true", resp.Header.Get(idempotency.HeaderReplayed))
 }

@@ -29,10 +29,21 @@ BEGIN
 	RAISE EXCEPTION 'audit_events is append-only: % refused', TG_OP USING ERRCODE = 'insufficient_privilege';
 END
 $$;
-CREATE TRIGGER audit_events_no_change BEFORE UPDATE OR DELETE ON audit_events
-	FOR EACH ROW EXECUTE FUNCTION audit_events_append_only();
-CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON audit_events
-	FOR EACH STATEMENT EXECUTE FUNCTION audit_events_append_only()`,
+DO $$
+BEGIN
+	IF to_regclass('pg_dist_partition') IS NOT NULL THEN
+		IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'audit_events'::regclass
+			AND (partmethod <> 'n' OR repmodel = 't')) THEN
+			RAISE NOTICE 'audit_events is a Citus reference or distributed table, which takes no triggers: left append-only by grants alone';
+			RETURN;
+		END IF;
+	END IF;
+	CREATE TRIGGER audit_events_no_change BEFORE UPDATE OR DELETE ON audit_events
+		FOR EACH ROW EXECUTE FUNCTION audit_events_append_only();
+	CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON audit_events
+		FOR EACH STATEMENT EXECUTE FUNCTION audit_events_append_only();
+END
+$$`,
 }
 
 // merchantLedTables are the tenant tables with indexes led by merchant_id
@@ -67,6 +78,11 @@ END;
 CREATE TRIGGER audit_events_no_delete BEFORE DELETE ON audit_events
 BEGIN
 	SELECT RAISE(ABORT, 'audit_events is append-only: DELETE refused');
+END;
+CREATE TRIGGER audit_events_no_replace BEFORE INSERT ON audit_events
+WHEN EXISTS (SELECT 1 FROM audit_events WHERE id = NEW.id)
+BEGIN
+	SELECT RAISE(ABORT, 'audit_events is append-only: an event is never written twice');
 END`,
 }
 
@@ -372,54 +388,98 @@ DROP INDEX payments_provider_transaction_idx;`},
 	// API (no route changes it): a statement that updates, deletes or
 	// truncates an event fails, whoever sends it — a bug, a hand-run fix,
 	// a tool pointed at the wrong table. The engines spell a trigger
-	// differently (postgresOnly, sqliteOnly). It binds the gateway's own
-	// role as well, which owns the table and could drop the trigger: a
-	// deployment that must hold even against that runs `gateway migrate`
-	// as the owner and the gateway as a role that owns nothing (Migrate
-	// then changes nothing: upToDate; README, "The support desk").
+	// differently (postgresOnly, sqliteOnly); SQLite's INSERT OR REPLACE
+	// deletes without firing DELETE triggers, so an insert of an id that
+	// exists is refused too (PostgreSQL's upsert fires the UPDATE trigger).
+	// Only the table's owner could drop the triggers. Citus refuses
+	// triggers on reference and distributed tables: a deployment that made
+	// audit_events one keeps it so, without them (a NOTICE says so; README,
+	// "Sharding by merchant").
 	{15, "audit_events_append_only", ``},
 }
 
-// statements splits a migration's SQL at its semicolons, except those
-// inside a quoted string, a $$-quoted function body, or a SQLite
-// trigger's BEGIN … END.
+// migrationSQL is what m runs on d.
+func migrationSQL(d Dialect, m migration) string {
+	sql := m.SQL
+	if alt, ok := sqliteOnly[m.Version]; ok && d == SQLite {
+		sql = alt
+	}
+	if extra := postgresOnly[m.Version]; d == Postgres && extra != "" {
+		sql += ";\n" + extra
+	}
+	return render(d, sql)
+}
+
+// statements splits a migration's SQL at its semicolons, except those in
+// a quoted string or identifier, a dollar-quoted body ($$ or $tag$), a
+// comment, or between BEGIN or CASE and its END (a SQLite trigger's body).
 func statements(sql string) []string {
 	var out []string
-	var cur strings.Builder
-	flush := func() {
-		if s := strings.TrimSpace(cur.String()); s != "" {
-			out = append(out, s)
+	add := func(stmt string) {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			out = append(out, stmt)
 		}
-		cur.Reset()
 	}
-	quoted, dollar := false, false
-	for i := 0; i < len(sql); i++ {
+	start, depth := 0, 0
+	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
-		case quoted:
-			quoted = c != '\''
-		case strings.HasPrefix(sql[i:], "$$"):
-			dollar = !dollar
-			cur.WriteByte(c)
+		case c == '\'' || c == '"':
+			i = skipPast(sql, i+1, sql[i:i+1]) // a doubled quote reopens at once
+		case strings.HasPrefix(sql[i:], "--"):
+			i = skipPast(sql, i, "\n")
+		case c == '$' && dollarTag(sql[i:]) != "":
+			tag := dollarTag(sql[i:])
+			i = skipPast(sql, i+len(tag), tag)
+		case isWordByte(c) && (i == 0 || !isWordByte(sql[i-1])):
+			j := i
+			for j < len(sql) && isWordByte(sql[j]) {
+				j++
+			}
+			switch strings.ToUpper(sql[i:j]) {
+			case "BEGIN", "CASE":
+				depth++
+			case "END":
+				depth = max(depth-1, 0)
+			}
+			i = j
+		case c == ';' && depth == 0:
+			add(sql[start:i])
 			i++
-		case dollar:
-		case c == '\'':
-			quoted = true
-		case c == ';' && !openTrigger(cur.String()):
-			flush()
-			continue
+			start = i
+		default:
+			i++
 		}
-		cur.WriteByte(sql[i])
 	}
-	flush()
+	add(sql[start:])
 	return out
 }
 
-// openTrigger reports whether stmt is a SQLite trigger whose body has not
-// reached its END: a semicolon there ends a statement of the body.
-func openTrigger(stmt string) bool {
-	s := strings.ToUpper(strings.TrimSpace(stmt))
-	return strings.HasPrefix(s, "CREATE TRIGGER") && strings.Contains(s, "BEGIN") && !strings.HasSuffix(s, "END")
+// skipPast returns the index just past the first end in sql from i, or
+// len(sql).
+func skipPast(sql string, i int, end string) int {
+	if j := strings.Index(sql[i:], end); j >= 0 {
+		return i + j + len(end)
+	}
+	return len(sql)
+}
+
+// dollarTag is the dollar quote ($$ or $tag$) s starts with, or "".
+func dollarTag(s string) string {
+	for j := 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '$':
+			return s[:j+1]
+		case c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || j > 1 && '0' <= c && c <= '9':
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 func render(d Dialect, sql string) string {
@@ -469,17 +529,7 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 			if have[m.Version] {
 				continue
 			}
-			sql := m.SQL
-			if alt, ok := sqliteOnly[m.Version]; ok && d == SQLite {
-				sql = alt
-			}
-			if extra := postgresOnly[m.Version]; d == Postgres && extra != "" {
-				sql += ";\n" + extra
-			}
-			for _, stmt := range statements(render(d, sql)) {
-				if strings.TrimSpace(stmt) == "" {
-					continue
-				}
+			for _, stmt := range statements(migrationSQL(d, m)) {
 				if err := tx.Exec(stmt).Error; err != nil {
 					return fmt.Errorf("migration %d %s: %w", m.Version, m.Name, err)
 				}
@@ -499,9 +549,10 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 }
 
 // upToDate reports whether every version this binary knows is applied,
-// found by reads alone: a gateway whose role may neither create nor alter
-// tables (`gateway migrate` ran as their owner) then starts without
-// touching the schema. Anything unclear says no, and Migrate goes on under
+// found by reads alone, so an instance starting on an up-to-date schema
+// (nearly every start) takes no lock and sends no DDL. Every version's row
+// commits with the migration itself, so a migration in progress elsewhere
+// reads as not applied. Anything unclear says no, and Migrate goes on under
 // its lock as always.
 func upToDate(db *gorm.DB) bool {
 	if !db.Migrator().HasTable("schema_migrations") {

@@ -33,7 +33,8 @@ var notTenantOwned = map[string]string{
 	"simulator_refunds": "the simulator provider's refunds, keyed by our refund reference: " +
 		"the provider's data, like simulator_charges",
 	"audit_events": "the operators' log across tenants (tenant_id says whom an event is " +
-		"about, empty for none); append-only and small: a reference table, or a plain table on the coordinator",
+		"about, empty for none); append-only (triggers, which Citus refuses on reference tables) and small: " +
+		"a plain table on the coordinator (citus_add_local_table_to_metadata)",
 	"schema_migrations": "the migrator's bookkeeping: one row per schema version",
 }
 
