@@ -70,6 +70,7 @@ import (
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/gctune"
 	"github.com/oncepay/gateway/config"
+	"github.com/oncepay/gateway/events"
 )
 
 func main() {
@@ -128,6 +129,11 @@ func migrate() error {
 	defer database.Close(db)
 	n, err := database.Migrate(db)
 	if err != nil {
+		return err
+	}
+	// River's tables too, so a deploy step that migrates leaves nothing
+	// for the instances to create.
+	if err := events.MigrateQueue(context.Background(), db, log); err != nil {
 		return err
 	}
 	log.Info("migrations applied", "applied", n, "schema_version", database.Version())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
@@ -41,4 +42,20 @@ func TestInstancesBootTogetherOnAFreshDatabase(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "instance %d", i)
 	}
+}
+
+// `gateway migrate` creates River's tables with the schema's (MigrateQueue),
+// so the instances find the queue ready; migrating again changes nothing.
+func TestMigrateQueueBeforeTheInstances(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		require.False(t, db.Migrator().HasTable("river_job"))
+		require.NoError(t, MigrateQueue(context.Background(), db, nil))
+		require.True(t, db.Migrator().HasTable("river_job"))
+		require.NoError(t, MigrateQueue(context.Background(), db, nil), "idempotent")
+		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+		require.NoError(t, err)
+		_, err = New(context.Background(), Config{DB: db, Box: box, Schedule: []time.Duration{time.Second}})
+		require.NoError(t, err)
+	})
 }

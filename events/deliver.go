@@ -117,22 +117,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, store: NewStore(cfg.DB), busy: map[string]int{}}
 	s.client = safeClient(cfg.Production)
-	sqlDB, err := cfg.DB.DB()
+	q, err := queueOn(cfg.DB)
 	if err != nil {
 		return nil, err
 	}
-	var driver riverdriver.Driver[*sql.Tx]
-	if cfg.DB.Dialector.Name() == "postgres" {
-		driver = riverdatabasesql.New(sqlDB)
-	} else {
-		driver = riversqlite.New(sqlDB)
-	}
-	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quiet(cfg.Log)})
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
-	}
-	if err := migrateQueue(ctx, sqlDB, cfg.DB.Dialector.Name() == "postgres", migrator); err != nil {
-		return nil, fmt.Errorf("events: migrate the queue: %w", err)
+	driver := q.driver
+	if err := q.migrate(ctx, cfg.Log); err != nil {
+		return nil, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &deliveryWorker{s: s})
@@ -186,17 +177,61 @@ func (w *purgeWorker) Timeout(*river.Job[purgeArgs]) time.Duration { return 30 *
 // take around River's migrations (the schema's own use another).
 const queueMigrationLock = 8402712
 
-// migrateQueue brings River's tables up to date. On PostgreSQL instances
-// that start together take turns: River's migrations are not safe to run
-// concurrently (two CREATE TYPEs collide in pg_type). The lock is a
-// session's, held on one connection while River migrates on others, as
-// River runs some migrations outside a transaction.
-func migrateQueue(ctx context.Context, db *sql.DB, postgres bool, m *rivermigrate.Migrator[*sql.Tx]) error {
-	if !postgres {
+// MigrateQueue brings River's tables (the deliveries' queue) up to date
+// on db: `gateway migrate` runs it beside the schema's migrations, and New
+// again (it is idempotent), so the queue is ready whichever ran first.
+func MigrateQueue(ctx context.Context, db *gorm.DB, log *slog.Logger) error {
+	q, err := queueOn(db)
+	if err != nil {
+		return err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return q.migrate(ctx, log)
+}
+
+// queueDB is River's view of the gateway's database.
+type queueDB struct {
+	sql      *sql.DB
+	driver   riverdriver.Driver[*sql.Tx]
+	postgres bool
+}
+
+func queueOn(db *gorm.DB) (queueDB, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return queueDB{}, err
+	}
+	if db.Dialector.Name() == "postgres" {
+		return queueDB{sqlDB, riverdatabasesql.New(sqlDB), true}, nil
+	}
+	return queueDB{sqlDB, riversqlite.New(sqlDB), false}, nil
+}
+
+// migrate brings River's tables up to date.
+func (q queueDB) migrate(ctx context.Context, log *slog.Logger) error {
+	m, err := rivermigrate.New(q.driver, &rivermigrate.Config{Logger: quiet(log)})
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	if err := q.up(ctx, m); err != nil {
+		return fmt.Errorf("events: migrate the queue: %w", err)
+	}
+	return nil
+}
+
+// up runs m's migrations. On PostgreSQL instances that start together
+// take turns: River's migrations are not safe to run concurrently (two
+// CREATE TYPEs collide in pg_type). The lock is a session's, held on one
+// connection while River migrates on others, as River runs some
+// migrations outside a transaction.
+func (q queueDB) up(ctx context.Context, m *rivermigrate.Migrator[*sql.Tx]) error {
+	if !q.postgres {
 		_, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		return err
 	}
-	conn, err := db.Conn(ctx)
+	conn, err := q.sql.Conn(ctx)
 	if err != nil {
 		return err
 	}
