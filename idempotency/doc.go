@@ -97,7 +97,8 @@
 // handler said: the answers are Middleware's, the read comes after the
 // handler's validation instead of before it. A read that fails is a 503,
 // even after the handler refused the body: the key may hold this very
-// request's answer.
+// request's answer. (A sealed answer that does not open, ErrUnreadable,
+// is a 500: no retry helps.)
 //
 // Under load those two statements of concurrent requests share round
 // trips and commits (app/database/pipeline). Nothing above changes: each

@@ -388,8 +388,14 @@ func MismatchProblem() *problem.Problem {
 }
 
 // unavailable answers a request whose key could not be read or claimed:
-// nothing was done for it, so a retry with the same key is safe.
+// nothing was done for it, so a retry with the same key is safe. A stored
+// answer that does not open is no outage a retry outlasts: 500, and the
+// log names the likely cause.
 func unavailable(c *fiber.Ctx, log *slog.Logger, op string, err error) error {
+	if errors.Is(err, ErrUnreadable) {
+		log.ErrorContext(c.UserContext(), "idempotency: the key's stored answer does not open (is MASTER_KEY the one it was sealed with?); answered 500", "err", err)
+		return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal", ""))
+	}
 	log.ErrorContext(c.UserContext(), "idempotency: "+op+" failed; answered 503", "err", err)
 	return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
 		"the gateway could not reach its database; nothing was done; retry with the same Idempotency-Key").WithRetryAfter(2))

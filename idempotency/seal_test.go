@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,7 @@ func TestSealedAnswers(t *testing.T) {
 		require.NoError(t, db.Exec("UPDATE idempotency_keys SET response = ? WHERE key = 'k2'", stored).Error)
 		_, err = s.Get(ctx, "m1", "k2")
 		require.ErrorIs(t, err, secretbox.ErrOpen)
+		require.ErrorIs(t, err, idempotency.ErrUnreadable)
 
 		plain := idempotency.NewStore(db)
 		_, err = plain.Get(ctx, "m1", "k1")
@@ -51,4 +53,30 @@ func TestSealedAnswers(t *testing.T) {
 		require.NoError(t, err)
 		require.Error(t, plain.Complete(ctx, nil, c, answer), "never stored in the clear")
 	})
+}
+
+// A retry whose key holds a sealed answer this gateway cannot open (its
+// MASTER_KEY is not the one that sealed it) is a 500, not a 503 inviting
+// retries that cannot help, and shows nothing of the stored answer.
+func TestGuardAnswersAnUnreadableSealedAnswerWith500(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	ctx := context.Background()
+	sealedBy := func(b byte) *idempotency.Store {
+		box, err := secretbox.New(bytes.Repeat([]byte{b}, 32), "test/answers")
+		require.NoError(t, err)
+		return idempotency.NewStore(db).SealWith(box)
+	}
+	before := sealedBy(1)
+	c, _, err := before.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k1", RequestHash: "h", Lease: lease})
+	require.NoError(t, err)
+	require.NoError(t, before.Complete(ctx, nil, c, idempotency.Response{Status: 201, Body: []byte(`{"secret":"whsec_x"}`), Sealed: true}))
+
+	h := newHarness(t, db, sealedBy(2), modeGuard)
+	r := h.do(t, request{body: "complete", keys: key("k1")})
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	require.Equal(t, "internal", r.code(t))
+	require.Empty(t, r.header.Get("Retry-After"))
+	require.NotContains(t, string(r.body), "whsec_")
+	require.Zero(t, h.runs.Load())
 }

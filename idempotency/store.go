@@ -36,6 +36,10 @@ var (
 	// ErrKeyInvalid means an Idempotency-Key value is empty, too long,
 	// not printable ASCII, or a malformed quoted string.
 	ErrKeyInvalid = errors.New("idempotency: key invalid")
+	// ErrUnreadable means a key's stored answer is sealed and does not
+	// open: the store has no box, or MASTER_KEY is not the one that
+	// sealed it. No retry changes that.
+	ErrUnreadable = errors.New("idempotency: the stored answer does not open")
 )
 
 // Status is the state of a stored key.
@@ -657,10 +661,10 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	}
 	if bytes.HasPrefix(rec.Body, sealedPrefix) {
 		if s.box == nil {
-			return nil, errors.New("idempotency: get: the answer is sealed and the store has no box")
+			return nil, fmt.Errorf("idempotency: get: %w: the answer is sealed and the store has no box", ErrUnreadable)
 		}
 		if rec.Body, err = s.box.Open(sealAAD(merchantID, key), rec.Body[len(sealedPrefix):]); err != nil {
-			return nil, fmt.Errorf("idempotency: get: %w", err)
+			return nil, fmt.Errorf("idempotency: get: %w: %w", ErrUnreadable, err)
 		}
 		rec.Sealed = true
 	}
