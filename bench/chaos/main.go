@@ -149,6 +149,7 @@ func main() {
 	flag.IntVar(&o.refundRacers, "refund-racers", 3, "concurrent refund keys of a raced payment, each for 40% of it")
 	flag.Float64Var(&o.provRefundFail, "provider-refund-fail-rate", 0.05, "share of refunds that end failed at the provider")
 	flag.Parse()
+	rig.CatchInterrupts()
 	def := func(v *int, short, long int) {
 		if *v == 0 {
 			*v = short

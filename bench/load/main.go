@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&o.slowEnv, "slow-env", "", "K=V,… added to -gateway's environment in the slow-provider scenario (an experiment: DATABASE_MAX_CONNS=32)")
 	flag.StringVar(&o.slowBaselineEnv, "slow-baseline-env", "", "K=V,… added to -slow-baseline's environment")
 	flag.Parse()
+	rig.CatchInterrupts()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

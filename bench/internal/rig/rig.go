@@ -40,6 +40,8 @@ type Database struct {
 	Name  string
 	URL   string // connection URL of the new database
 	admin string // URL of the database it was created from
+	// dropped unregisters its drop on interrupt (CatchInterrupts).
+	dropped func()
 }
 
 // CreateDatabase creates an empty database next to the one adminURL names,
@@ -64,7 +66,9 @@ func CreateDatabase(ctx context.Context, adminURL, prefix string) (*Database, er
 		return nil, err
 	}
 	u.Path = "/" + name
-	return &Database{Name: name, URL: u.String(), admin: adminURL}, nil
+	d := &Database{Name: name, URL: u.String(), admin: adminURL}
+	d.dropped = atInterrupt(dropOnInterrupt(d))
+	return d, nil
 }
 
 // staleAfter is when a rig database is surely left over: no run takes an
@@ -118,6 +122,9 @@ func createdAt(name, prefix string) (time.Time, bool) {
 
 // Drop removes the database, closing any connection still open on it.
 func (d *Database) Drop(ctx context.Context) error {
+	if d.dropped != nil {
+		d.dropped()
+	}
 	conn, err := pgx.Connect(ctx, d.admin)
 	if err != nil {
 		return err
@@ -218,7 +225,12 @@ func (p *Process) Start() error {
 	}
 	p.cmd = cmd
 	p.done = make(chan struct{})
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	done := p.done
+	exited := atInterrupt(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	})
+	go func() { _ = cmd.Wait(); exited(); close(done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {

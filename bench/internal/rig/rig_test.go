@@ -3,7 +3,10 @@ package rig
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,4 +75,45 @@ func TestCreateDatabaseDropsStaleOnes(t *testing.T) {
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{recent, foreign, db.Name}, names)
+}
+
+// An interrupted run (SIGINT) stops the children it started and drops the
+// databases it created before it exits with 130. The run is this test
+// binary again, in a child process, interrupting itself.
+func TestInterruptUndoesTheRun(t *testing.T) {
+	admin := os.Getenv("TEST_DATABASE_URL")
+	if admin == "" {
+		admin = DefaultDatabaseURL
+	}
+	if prefix := os.Getenv("RIG_TEST_INTERRUPTED_RUN"); prefix != "" {
+		CatchInterrupts()
+		db, err := CreateDatabase(context.Background(), admin, prefix)
+		require.NoError(t, err)
+		p := &Process{Bin: "sleep", Args: []string{"60"}, Log: io.Discard}
+		require.NoError(t, p.Start())
+		fmt.Printf("child %d database %s\n", p.Pid(), db.Name)
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
+		time.Sleep(time.Minute) // CatchInterrupts exits first
+		return
+	}
+	t.Parallel()
+	prefix := fmt.Sprintf("oncepay_rigint%d", time.Now().UnixNano()%1_000_000)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptUndoesTheRun$")
+	cmd.Env = append(os.Environ(), "RIG_TEST_INTERRUPTED_RUN="+prefix)
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.Equal(t, 130, exit.ExitCode(), "%s", out)
+	var pid int
+	var name string
+	_, err = fmt.Sscanf(string(out), "child %d database %s", &pid, &name)
+	require.NoError(t, err, "%s", out)
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the child is gone")
+
+	conn, err := pgx.Connect(context.Background(), admin)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname LIKE $1", prefix+"%").Scan(&n))
+	require.Zero(t, n, "the run's database is dropped")
 }
