@@ -48,7 +48,7 @@ func TestSealedAnswers(t *testing.T) {
 
 		plain := idempotency.NewStore(db)
 		_, err = plain.Get(ctx, "m1", "k1")
-		require.Error(t, err, "no box: no answer, rather than the sealed bytes")
+		require.ErrorIs(t, err, idempotency.ErrUnreadable, "no box: no answer, rather than the sealed bytes")
 		c, _, err := plain.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k3", RequestHash: "h", Lease: lease})
 		require.NoError(t, err)
 		require.Error(t, plain.Complete(ctx, nil, c, answer), "never stored in the clear")

@@ -661,10 +661,10 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	}
 	if bytes.HasPrefix(rec.Body, sealedPrefix) {
 		if s.box == nil {
-			return nil, fmt.Errorf("idempotency: get: %w: the answer is sealed and the store has no box", ErrUnreadable)
+			return nil, fmt.Errorf("%w: the store has no box", ErrUnreadable)
 		}
 		if rec.Body, err = s.box.Open(sealAAD(merchantID, key), rec.Body[len(sealedPrefix):]); err != nil {
-			return nil, fmt.Errorf("idempotency: get: %w: %w", ErrUnreadable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnreadable, err)
 		}
 		rec.Sealed = true
 	}

@@ -178,13 +178,14 @@ func main() {
 	violations, err := run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: error:", err)
-		os.Exit(2)
+		rig.Exit(2)
 	}
 	if violations > 0 {
 		fmt.Printf("\nchaos: FAILED with %d violation(s)\n", violations)
-		os.Exit(1)
+		rig.Exit(1)
 	}
 	fmt.Println("\nchaos: OK — every payment charged at most once and settled, every charge succeeded in the ledger, ledger = stored answers = client answers = provider")
+	rig.Exit(0)
 }
 
 func envOr(name, def string) string {

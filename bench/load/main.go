@@ -65,8 +65,9 @@ func main() {
 	rig.CatchInterrupts()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		rig.Exit(1)
 	}
+	rig.Exit(0)
 }
 
 type options struct {

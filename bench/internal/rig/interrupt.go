@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,13 +18,25 @@ var undo struct {
 	sync.Mutex
 	next int
 	fns  map[int]func()
+	// interrupted: undoing has begun, and nothing new may start.
+	interrupted bool
 }
 
-// atInterrupt registers f to run if the program is interrupted; done
-// unregisters it once the run has undone the thing itself.
-func atInterrupt(f func()) (done func()) {
+var errInterrupted = errors.New("rig: interrupted")
+
+// register runs start and, if it succeeds, registers f to run if the
+// program is interrupted, both under the registry's lock, so nothing
+// starts unregistered or after the undoing began. done unregisters f once
+// the run has undone the thing itself.
+func register(start func() error, f func()) (done func(), err error) {
 	undo.Lock()
 	defer undo.Unlock()
+	if undo.interrupted {
+		return nil, errInterrupted
+	}
+	if err := start(); err != nil {
+		return nil, err
+	}
 	if undo.fns == nil {
 		undo.fns = map[int]func(){}
 	}
@@ -34,15 +47,16 @@ func atInterrupt(f func()) (done func()) {
 		undo.Lock()
 		defer undo.Unlock()
 		delete(undo.fns, id)
-	}
+	}, nil
 }
 
-// undoAll runs what is registered, newest first.
+// undoAll stops anything new from starting and runs what is registered,
+// newest first.
 func undoAll() {
 	undo.Lock()
-	fns := undo.fns
+	undo.interrupted = true
+	fns, last := undo.fns, undo.next
 	undo.fns = nil
-	last := undo.next
 	undo.Unlock()
 	for id := last - 1; id >= 0; id-- {
 		if f, ok := fns[id]; ok {
@@ -51,20 +65,34 @@ func undoAll() {
 	}
 }
 
-// CatchInterrupts makes SIGINT and SIGTERM stop every child the rig
-// started and drop every database it created, newest first, and then
-// exit with status 130: an interrupted `make bench` or `make chaos`
-// leaves no gateway running and no database behind. Call it first in
-// main.
+// CatchInterrupts makes the first SIGINT or SIGTERM stop every child the
+// rig started and drop every database it created, newest first, and then
+// exit with status 130: an interrupted `make bench` or `make chaos` leaves
+// no gateway running and no database behind. A second signal ends the
+// program at once. Call it first in main, and end main with Exit.
 func CatchInterrupts() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		s := <-c
+		signal.Stop(c)
 		fmt.Fprintf(os.Stderr, "rig: %v: stopping the children and dropping the databases of this run\n", s)
 		undoAll()
 		os.Exit(130)
 	}()
+}
+
+// Exit ends the program with code, unless an interrupt is being undone:
+// then it waits for the undoing, which exits with 130 (the run's own
+// failure is most likely the interrupt's doing).
+func Exit(code int) {
+	undo.Lock()
+	interrupted := undo.interrupted
+	undo.Unlock()
+	if interrupted {
+		select {}
+	}
+	os.Exit(code)
 }
 
 // dropOnInterrupt is d's undo: its own deadline, as the run's context may
@@ -73,7 +101,7 @@ func dropOnInterrupt(d *Database) func() {
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := d.Drop(ctx); err != nil {
+		if err := d.drop(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "rig: drop database %s: %v\n", d.Name, err)
 		}
 	}

@@ -58,16 +58,21 @@ func CreateDatabase(ctx context.Context, adminURL, prefix string) (*Database, er
 	}
 	defer conn.Close(ctx)
 	dropStale(ctx, conn, prefix, time.Now().Add(-staleAfter))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return nil, fmt.Errorf("rig: create database: %w", err)
-	}
 	u, err := url.Parse(adminURL)
 	if err != nil {
 		return nil, err
 	}
 	u.Path = "/" + name
 	d := &Database{Name: name, URL: u.String(), admin: adminURL}
-	d.dropped = atInterrupt(dropOnInterrupt(d))
+	// Registered before it exists (dropping one that does not is
+	// harmless), so an interrupt never finds it created and unregistered.
+	if d.dropped, err = register(func() error { return nil }, dropOnInterrupt(d)); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		d.dropped()
+		return nil, fmt.Errorf("rig: create database: %w", err)
+	}
 	return d, nil
 }
 
@@ -122,9 +127,14 @@ func createdAt(name, prefix string) (time.Time, bool) {
 
 // Drop removes the database, closing any connection still open on it.
 func (d *Database) Drop(ctx context.Context) error {
-	if d.dropped != nil {
-		d.dropped()
+	err := d.drop(ctx)
+	if err == nil && d.dropped != nil {
+		d.dropped() // until then an interrupt drops it (again: harmless)
 	}
+	return err
+}
+
+func (d *Database) drop(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, d.admin)
 	if err != nil {
 		return err
@@ -220,16 +230,15 @@ func (p *Process) Start() error {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = p.Log, p.Log
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("rig: start %s: %w", p.Bin, err)
-	}
-	p.cmd = cmd
-	p.done = make(chan struct{})
-	done := p.done
-	exited := atInterrupt(func() {
+	done := make(chan struct{})
+	exited, err := register(cmd.Start, func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-done
 	})
+	if err != nil {
+		return fmt.Errorf("rig: start %s: %w", p.Bin, err)
+	}
+	p.cmd, p.done = cmd, done
 	go func() { _ = cmd.Wait(); exited(); close(done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

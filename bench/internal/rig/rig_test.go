@@ -98,6 +98,17 @@ func TestInterruptUndoesTheRun(t *testing.T) {
 	}
 	t.Parallel()
 	prefix := fmt.Sprintf("oncepay_rigint%d", time.Now().UnixNano()%1_000_000)
+	conn, err := pgx.Connect(context.Background(), admin)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		// Whatever the run left, should it fail to undo it.
+		names, _ := conn.Query(context.Background(), "SELECT datname FROM pg_database WHERE datname LIKE $1", prefix+"%")
+		left, _ := pgx.CollectRows(names, pgx.RowTo[string])
+		for _, n := range left {
+			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+n+" WITH (FORCE)")
+		}
+		_ = conn.Close(context.Background())
+	})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptUndoesTheRun$")
 	cmd.Env = append(os.Environ(), "RIG_TEST_INTERRUPTED_RUN="+prefix)
 	out, err := cmd.Output()
@@ -109,11 +120,50 @@ func TestInterruptUndoesTheRun(t *testing.T) {
 	_, err = fmt.Sscanf(string(out), "child %d database %s", &pid, &name)
 	require.NoError(t, err, "%s", out)
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the child is gone")
-
-	conn, err := pgx.Connect(context.Background(), admin)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
 	var n int
 	require.NoError(t, conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname LIKE $1", prefix+"%").Scan(&n))
 	require.Zero(t, n, "the run's database is dropped")
+}
+
+func registered() int {
+	undo.Lock()
+	defer undo.Unlock()
+	return len(undo.fns)
+}
+
+// The undoing runs newest first, and once it has begun nothing new may
+// start. Not parallel: it interrupts the package's registry (and puts it
+// back).
+func TestUndoNewestFirstAndNothingAfter(t *testing.T) {
+	t.Cleanup(func() {
+		undo.Lock()
+		defer undo.Unlock()
+		undo.interrupted = false
+	})
+	var order []int
+	for i := range 3 {
+		_, err := register(func() error { return nil }, func() { order = append(order, i) })
+		require.NoError(t, err)
+	}
+	undoAll()
+	require.Equal(t, []int{2, 1, 0}, order)
+	_, err := register(func() error {
+		t.Error("started after the interrupt")
+		return nil
+	}, func() {})
+	require.ErrorIs(t, err, errInterrupted)
+	require.ErrorIs(t, (&Process{Bin: "sleep", Args: []string{"60"}, Log: io.Discard}).Start(), errInterrupted)
+}
+
+// A process killed and started again, as the chaos run does, is
+// registered once, for its current run, and not at all once it exited.
+func TestRestartsKeepOneRegistration(t *testing.T) {
+	before := registered()
+	p := &Process{Bin: "sleep", Args: []string{"60"}, Log: io.Discard}
+	for range 5 {
+		require.NoError(t, p.Start())
+		require.Equal(t, before+1, registered())
+		p.Kill()
+	}
+	require.Equal(t, before, registered())
 }
