@@ -227,3 +227,41 @@ func TestMigrateOnAnUpToDateSchemaSendsNoDDL(t *testing.T) {
 	_, err = database.Migrate(readOnly)
 	require.ErrorContains(t, err, "permission denied")
 }
+
+// Migration 15 on a Citus deployment whose audit_events is a reference
+// table (Citus refuses triggers there) adds none and still applies; on a
+// Citus local table it adds them. Citus's catalog is stood in for by a
+// table of the same name and columns in the test's schema.
+func TestAppendOnlyMigrationOnCitus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name               string
+		partmethod, repmod string
+		triggers           int
+	}{
+		{"reference table", "n", "t", 0},
+		{"distributed table", "h", "s", 0},
+		{"local table", "n", "s", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.Postgres(t)
+			for _, stmt := range []string{
+				"DROP TRIGGER audit_events_no_change ON audit_events",
+				"DROP TRIGGER audit_events_no_truncate ON audit_events",
+				"DROP FUNCTION audit_events_append_only()",
+				"DELETE FROM schema_migrations WHERE version = 15",
+				"CREATE TABLE pg_dist_partition (logicalrelid regclass, partmethod \"char\", repmodel \"char\")",
+			} {
+				require.NoError(t, db.Exec(stmt).Error, stmt)
+			}
+			require.NoError(t, db.Exec("INSERT INTO pg_dist_partition VALUES ('audit_events', ?, ?)", tc.partmethod, tc.repmod).Error)
+			n, err := database.Migrate(db)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			var triggers int
+			require.NoError(t, db.Raw("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'audit_events'::regclass AND NOT tgisinternal").Scan(&triggers).Error)
+			require.Equal(t, tc.triggers, triggers)
+		})
+	}
+}
