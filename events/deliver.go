@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
@@ -29,6 +28,7 @@ import (
 	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/failpoint"
+	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/secretbox"
 )
 
@@ -557,7 +557,7 @@ func (s *Service) health(ctx context.Context, ep *Endpoint, ok bool) (disabled b
 }
 
 func (s *Service) record(ctx context.Context, d *Delivery) {
-	d.ID = "dlv_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	d.ID = ids.New("dlv_")
 	if err := s.store.insertDelivery(ctx, d); err != nil {
 		s.cfg.Log.WarnContext(ctx, "webhook delivery not logged", "event_id", d.EventID, "err", err)
 	}

@@ -11,9 +11,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/idempotency"
 )
@@ -163,7 +163,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, keys *idempotency.Store, c
 		}
 		now := s.cfg.Now().UTC()
 		secret := NewSecret()
-		ep := Endpoint{MerchantID: merchantID, ID: "we_" + strings.ReplaceAll(uuid.NewString(), "-", ""), URL: *req.URL,
+		ep := Endpoint{MerchantID: merchantID, ID: ids.New("we_"), URL: *req.URL,
 			Events: eventsJSON(req.Events), CreatedAt: now, UpdatedAt: now}
 		if req.Description != nil {
 			ep.Description = *req.Description

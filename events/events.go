@@ -39,14 +39,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/ids"
 )
 
 // Event types.
@@ -144,7 +143,7 @@ func build(p Params, now time.Time) (Event, error) {
 			return Event{}, fmt.Errorf("events: %w", err)
 		}
 	}
-	e := Event{MerchantID: p.MerchantID, ID: "evt_" + strings.ReplaceAll(uuid.NewString(), "-", ""),
+	e := Event{MerchantID: p.MerchantID, ID: ids.New("evt_"),
 		Type: p.Type, ObjectID: p.ObjectID, Dedupe: p.dedupe()}
 	e.Payload = envelope(e.ID, e.Type, now.UTC().Truncate(time.Millisecond), obj)
 	return e, nil

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/failpoint"
+	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
@@ -229,7 +230,7 @@ func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.
 		}
 	}
 	*r = Refund{
-		MerchantID: merchantID, ID: "re_" + compactUUID(), PaymentID: paymentID, IdempotencyKey: claim.Key,
+		MerchantID: merchantID, ID: ids.New("re_"), PaymentID: paymentID, IdempotencyKey: claim.Key,
 		Amount: amount, Currency: p.Currency, Status: RefundPending, Reason: in.Reason, Metadata: in.Metadata,
 		Provider: p.Provider, ProviderReference: providers.RefundReference(merchantID, claim.Key),
 		RequestHash: claim.RequestHash, Attempts: 1,

@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/google/uuid"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/failpoint"
+	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
@@ -412,7 +411,7 @@ const maxReopenTries = 3
 // newPayment is the ledger row of a new key's first attempt.
 func newPayment(claim idempotency.Claim, merchantID string, in input, now time.Time) Payment {
 	p := Payment{
-		ID:                "pay_" + compactUUID(),
+		ID:                ids.New("pay_"),
 		MerchantID:        merchantID,
 		IdempotencyKey:    claim.Key,
 		Status:            StatusProcessing,
@@ -665,8 +664,6 @@ func contains(xs []string, x string) bool {
 func final(s Status) bool { return s == StatusSucceeded || s == StatusFailed }
 
 func location(id string) string { return "/v1/payments/" + id }
-
-func compactUUID() string { return strings.ReplaceAll(uuid.NewString(), "-", "") }
 
 // Render is the final answer for a settled payment, exactly as the create
 // handler sends it and as every later settler (a takeover, the sweeper, a

@@ -15,13 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
+	"github.com/oncepay/gateway/app/ids"
 )
 
 // Actions recorded.
@@ -115,7 +114,7 @@ func Record(ctx context.Context, tx *gorm.DB, c Change) error {
 	db := tx.WithContext(ctx)
 	err = db.Exec(`INSERT INTO audit_events (id, at, actor, action, target_type, target_id, tenant_id, request_id, before, after, note)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		"aud_"+strings.ReplaceAll(uuid.NewString(), "-", ""), dbclock.Now(db), actor, c.Action, c.TargetType, c.TargetID,
+		ids.New("aud_"), dbclock.Now(db), actor, c.Action, c.TargetType, c.TargetID,
 		c.TenantID, rid, before, after, truncate(c.Note, maxNote)).Error
 	if err != nil {
 		return fmt.Errorf("audit: record %s: %w", c.Action, err)

@@ -132,7 +132,7 @@ func (s *Simulator) Charge(ctx context.Context, req providers.ChargeRequest) (pr
 	now := s.cfg.Now().UTC()
 	c := charge{
 		Reference:     req.Reference,
-		TransactionID: "sim_" + uuid.NewString(),
+		TransactionID: "sim_" + uuid.Must(uuid.NewV7()).String(),
 		Amount:        req.Amount,
 		Currency:      req.Currency,
 		PaymentMethod: req.PaymentMethod,
@@ -266,7 +266,7 @@ func (s *Simulator) Refund(ctx context.Context, req providers.RefundRequest) (pr
 		return providers.RefundResult{}, fmt.Errorf("simulator: %w: provider unavailable", providers.ErrNotCharged)
 	}
 	now := s.cfg.Now().UTC()
-	r := refund{Reference: req.Reference, ChargeReference: req.ChargeReference, RefundID: "simre_" + uuid.NewString(),
+	r := refund{Reference: req.Reference, ChargeReference: req.ChargeReference, RefundID: "simre_" + uuid.Must(uuid.NewV7()).String(),
 		Amount: req.Amount, Status: "succeeded", CreatedAt: now}
 	switch req.Reason {
 	case RefundDecline:
