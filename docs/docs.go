@@ -2611,7 +2611,7 @@ const docTemplate = `{
                 },
                 "id": {
                     "type": "string",
-                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                    "example": "pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"
                 },
                 "idempotency_key": {
                     "type": "string",
@@ -2727,7 +2727,7 @@ const docTemplate = `{
                 },
                 "id": {
                     "type": "string",
-                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                    "example": "pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"
                 },
                 "idempotency_key": {
                     "type": "string",
@@ -3443,7 +3443,7 @@ const docTemplate = `{
                 },
                 "id": {
                     "type": "string",
-                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                    "example": "pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"
                 },
                 "idempotency_key": {
                     "type": "string",
@@ -3600,7 +3600,7 @@ const docTemplate = `{
                 },
                 "payment_id": {
                     "type": "string",
-                    "example": "pay_01hv8m3k2c7r9t5w4x6y8z0a1b"
+                    "example": "pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"
                 },
                 "request_id": {
                     "type": "string",

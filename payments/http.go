@@ -115,7 +115,7 @@ type DeclinedProblem struct {
 // payment row the key keeps, which a retry with the same key reuses.
 type UnavailableProblem struct {
 	problem.Problem
-	PaymentID string `json:"payment_id" example:"pay_01hv8m3k2c7r9t5w4x6y8z0a1b"`
+	PaymentID string `json:"payment_id" example:"pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"`
 } // @name ProviderUnavailableProblem
 
 // get godoc

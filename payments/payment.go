@@ -109,7 +109,7 @@ func (p *Payment) retryable() bool {
 // View is the public shape of a payment. The payment method token is not
 // echoed back.
 type View struct {
-	ID                    string          `json:"id" example:"pay_01hv8m3k2c7r9t5w4x6y8z0a1b"`
+	ID                    string          `json:"id" example:"pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"`
 	Object                string          `json:"object" example:"payment"`
 	Amount                int64           `json:"amount" example:"5000"`
 	AmountRefunded        int64           `json:"amount_refunded" example:"0"`

@@ -26,29 +26,47 @@ func TestNewIsAPrefixAndAVersion7UUIDInHex(t *testing.T) {
 	}
 }
 
-// Index locality rests on this: ids made one after another, even from
-// many goroutines at once, sort in the order they were made.
+// Index locality rests on this: ids made one after another sort in the
+// order they were made.
 func TestNewIncreasesWithinAProcess(t *testing.T) {
 	t.Parallel()
-	const n = 10000
-	var mu sync.Mutex
+	prev := ids.New("evt_")
+	for i := range 100000 {
+		id := ids.New("evt_")
+		if id <= prev {
+			t.Fatalf("id %d %q is not after the one before it, %q", i, id, prev)
+		}
+		prev = id
+	}
+}
+
+// Made from many goroutines at once, each goroutine's ids still increase,
+// and no id is made twice.
+func TestNewConcurrently(t *testing.T) {
+	t.Parallel()
+	const n, workers = 20000, 4
+	made := make([][]string, workers)
 	var wg sync.WaitGroup
-	made := make([]string, 0, 4*n)
-	for range 4 {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range n {
-				mu.Lock()
-				made = append(made, ids.New("evt_"))
-				mu.Unlock()
+				made[w] = append(made[w], ids.New("evt_"))
 			}
 		}()
 	}
 	wg.Wait()
-	for i := 1; i < len(made); i++ {
-		if made[i] <= made[i-1] {
-			t.Fatalf("id %d %q is not after id %d %q", i, made[i], i-1, made[i-1])
+	seen := make(map[string]bool, n*workers)
+	for w, list := range made {
+		for i, id := range list {
+			if i > 0 && id <= list[i-1] {
+				t.Fatalf("goroutine %d: id %d %q is not after %q", w, i, id, list[i-1])
+			}
+			if seen[id] {
+				t.Fatalf("%q made twice", id)
+			}
+			seen[id] = true
 		}
 	}
 }

@@ -186,19 +186,6 @@ func run(ctx context.Context, o options) error {
 	if pgb == "" {
 		fmt.Fprintln(os.Stderr, "bench: pgbench not found; the PostgreSQL ceiling is left out")
 	}
-	ceilingURL := ""
-	if pgb != "" {
-		cdb, err := ceilingDatabase(ctx, pgb, o, dir)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if err := cdb.Drop(context.Background()); err != nil {
-				fmt.Fprintln(os.Stderr, "bench: drop database:", err)
-			}
-		}()
-		ceilingURL = cdb.URL
-	}
 	var results []result
 	var rounds []round
 	var replays []replayRound
@@ -227,7 +214,7 @@ func run(ctx context.Context, o options) error {
 				if pgb != "" {
 					// The gateway sits idle meanwhile: its sweeper's one
 					// query per interval is all it adds.
-					if rd.ceiling, err = ceilings(ctx, pgb, ceilingURL, o, filepath.Join(dir, strconv.Itoa(i))); err != nil {
+					if rd.ceiling, err = ceilings(ctx, pgb, o, filepath.Join(dir, strconv.Itoa(i))); err != nil {
 						return err
 					}
 				}
@@ -574,11 +561,12 @@ func render(o options, results []result, rounds []round, replays []replayRound, 
 		}
 	}
 	if len(rounds) > 0 {
-		rows := "The `new` row is"
+		rows, order := "The `new` row is", ""
 		if withCeiling {
 			rows = "The `new` row and each pgbench row are"
+			order = "; in each round new payments ran first and pgbench right after, on the same PostgreSQL (pgbench on a fresh database of the same schema each round, so its rows never grow the gateway's tables)"
 		}
-		fmt.Fprintf(&b, "\n%s the median of %d rounds; in each round new payments ran first and pgbench right after, on the same PostgreSQL (pgbench on a database of its own with the same schema, so its rows never grow the gateway's tables). Statements per round trip are the gateway's database pipeline's (its /metrics): concurrent requests' claims and completions share round trips and commits there, which pgbench's one payment per transaction does not, so the gateway can pass this ceiling.\n\n", rows, len(rounds))
+		fmt.Fprintf(&b, "\n%s the median of %d rounds%s. Statements per round trip are the gateway's database pipeline's (its /metrics): concurrent requests' claims and completions share round trips and commits there, which pgbench's one payment per transaction does not, so the gateway can pass this ceiling.\n\n", rows, len(rounds), order)
 		b.WriteString("| round | new req/s | statements per round trip |")
 		for _, s := range scripts {
 			if withCeiling {

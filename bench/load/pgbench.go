@@ -28,44 +28,48 @@ import (
 // with payments' finishClaimed, the event and transactionAlong). The conditions and the ~600-byte stored answer mirror
 // idempotency/store.go, payments/store.go and events/store.go, so the tps
 // is the ceiling for the same work without HTTP, auth, JSON and the Go
-// code around it. Keys are random per transaction (collisions in 10^15 are
-// negligible), so every run is a new payment.
-const paymentSQL = `\set k random(1, 1000000000000000)
+// code around it. Every transaction is a new payment: :k counts each
+// client's transactions up from the run's start in microseconds
+// (runPgbench's -D k), and the ids and keys are :k then the client, so,
+// like the gateway's time-ordered ids (app/ids) and the bench's
+// sequential keys, each run's rows go to the end of their indexes; the
+// provider reference is a hash, as the gateway's is.
+const paymentSQL = `\set k :k + 1
 WITH claim AS (
   INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
-  VALUES ('ten_pgbench', 'pgb-' || :client_id || '-' || :k, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', statement_timestamp() + interval '30 seconds', 'lock-' || :k, statement_timestamp(), statement_timestamp())
+  VALUES ('ten_pgbench', 'pgb-' || :k || '-' || :client_id, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', 'in_progress', statement_timestamp() + interval '30 seconds', 'lock-' || :k, statement_timestamp(), statement_timestamp())
   ON CONFLICT DO NOTHING
   RETURNING 1
 ) INSERT INTO payments (id, merchant_id, idempotency_key, amount, currency, status, provider, provider_reference, provider_transaction_id, failure_code, failure_message, email, payment_method, description, metadata, attempts, request_hash, created_at, updated_at)
-  SELECT 'pay_' || :client_id || '_' || :k, 'ten_pgbench', 'pgb-' || :client_id || '-' || :k, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :client_id || '-' || :k), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', statement_timestamp(), statement_timestamp()
+  SELECT 'pay_' || :k || '_' || :client_id, 'ten_pgbench', 'pgb-' || :k || '-' || :client_id, 5000, 'NGN', 'processing', 'simulator', 'op-' || md5('pgb-' || :k || '-' || :client_id), '', '', '', 'ada@example.com', 'sim_success', '', '{}', 1, '9f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c05f2c0d9e4b7a41c3a8e6f1d2', statement_timestamp(), statement_timestamp()
   FROM claim ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING created_at;
 WITH claim AS (
   SELECT 1 FROM idempotency_keys
-  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :k || '-' || :client_id AND status = 'in_progress' AND lock_token = 'lock-' || :k
   FOR UPDATE
 ), resource AS (
   UPDATE payments
   SET status = 'succeeded', failure_code = '', failure_message = '', updated_at = now(),
-      provider_transaction_id = CASE WHEN ('sim_' || :k)::text = '' THEN provider_transaction_id ELSE 'sim_' || :k END
-  WHERE merchant_id = 'ten_pgbench' AND id = 'pay_' || :client_id || '_' || :k AND idempotency_key = 'pgb-' || :client_id || '-' || :k AND status IN ('processing', 'requires_review') AND EXISTS (SELECT 1 FROM claim)
+      provider_transaction_id = CASE WHEN ('sim_' || :k || '_' || :client_id)::text = '' THEN provider_transaction_id ELSE 'sim_' || :k || '_' || :client_id END
+  WHERE merchant_id = 'ten_pgbench' AND id = 'pay_' || :k || '_' || :client_id AND idempotency_key = 'pgb-' || :k || '-' || :client_id AND status IN ('processing', 'requires_review') AND EXISTS (SELECT 1 FROM claim)
   RETURNING 1
 ), event AS (
   INSERT INTO events (merchant_id, id, type, object_id, dedupe, payload, created_at, enqueued_at)
-  SELECT 'ten_pgbench', 'evt_' || (:client_id)::text || '_' || (:k)::text, 'payment.succeeded', 'pay_' || (:client_id)::text || '_' || (:k)::text, 'payment.succeeded/pay_' || (:client_id)::text || '_' || (:k)::text,
+  SELECT 'ten_pgbench', 'evt_' || (:k)::text || '_' || (:client_id)::text, 'payment.succeeded', 'pay_' || (:k)::text || '_' || (:client_id)::text, 'payment.succeeded/pay_' || (:k)::text || '_' || (:client_id)::text,
     '{"id":"evt_x","type":"payment.succeeded","data":{"object":{"id":"pay_x","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","email":"ada@example.com","metadata":{}}}}',
     statement_timestamp(), CASE WHEN EXISTS (SELECT 1 FROM webhook_endpoints WHERE merchant_id = 'ten_pgbench' AND disabled_at IS NULL) THEN NULL ELSE statement_timestamp() END
   WHERE EXISTS (SELECT 1 FROM resource) ON CONFLICT DO NOTHING RETURNING 1
 ), txn AS (
   INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
-  SELECT 'ten_pgbench', 'simulator', 'sim_' || :k, 'pay_' || :client_id || '_' || :k WHERE EXISTS (SELECT 1 FROM resource)
+  SELECT 'ten_pgbench', 'simulator', 'sim_' || :k || '_' || :client_id, 'pay_' || :k || '_' || :client_id WHERE EXISTS (SELECT 1 FROM resource)
   ON CONFLICT DO NOTHING
 ), done AS (
   UPDATE idempotency_keys
   SET status = 'done', status_code = 201, completed_at = now(),
-      response = convert_to('{"id":"pay_' || :client_id || '_' || :k || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
-      response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :client_id || '_' || :k || '"}',
-      resource_id = CASE WHEN ('pay_' || :client_id || '_' || :k)::text = '' THEN resource_id ELSE 'pay_' || :client_id || '_' || :k END
-  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :client_id || '-' || :k AND status = 'in_progress' AND lock_token = 'lock-' || :k AND EXISTS (SELECT 1 FROM resource)
+      response = convert_to('{"id":"pay_' || :k || '_' || :client_id || '","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","provider_reference":"op-5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6f7a8b9c0","provider_transaction_id":"sim_2b6c7d8e0f1a2b3c4d5e6f708192a3b4","email":"ada@example.com","metadata":{},"idempotency_key":"pgb-' || :k || '-' || :client_id || '","attempts":1,"created_at":"2026-01-02T10:00:00.123456Z","updated_at":"2026-01-02T10:00:00.234567Z"}', 'UTF8'),
+      response_headers = '{"Content-Type":"application/json","Location":"/v1/payments/pay_' || :k || '_' || :client_id || '"}',
+      resource_id = CASE WHEN ('pay_' || :k || '_' || :client_id)::text = '' THEN resource_id ELSE 'pay_' || :k || '_' || :client_id END
+  WHERE merchant_id = 'ten_pgbench' AND key = 'pgb-' || :k || '-' || :client_id AND status = 'in_progress' AND lock_token = 'lock-' || :k AND EXISTS (SELECT 1 FROM resource)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS completed;
@@ -77,44 +81,50 @@ SELECT (SELECT count(*) FROM claim) AS owned, (SELECT count(*) FROM done) AS com
 // three commits, not two. Run as a second pgbench script for the fair
 // comparison.
 const simulatorSQL = `INSERT INTO simulator_charges (reference, transaction_id, amount, currency, payment_method, status, created_at)
-  VALUES ('op-pgb-' || :client_id || '-' || :k, 'sim_' || :k, 5000, 'NGN', 'sim_success', 'succeeded', now())
+  VALUES ('op-' || md5('pgb-' || :k || '-' || :client_id), 'sim_' || :k || '_' || :client_id, 5000, 'NGN', 'sim_success', 'succeeded', now())
   ON CONFLICT DO NOTHING;
 `
 
-// ceilingDatabase is a database of the gateway's schema for the pgbench
-// ceilings alone. They write tens of thousands of payments a round; in
-// the gateway's own database those rows would grow the tables (and their
-// indexes, which the machine's 128 MB of shared buffers then hold less of)
-// that the gateway's next round writes to, a handicap the seed's table,
-// which only the seed writes, never has: before, the gateway's rate fell
-// round after round (0.82×, 0.65×, 0.56× the seed in one run) while the
-// seed's held. It is migrated by the gateway binary itself, warmed up by
-// the first script and analyzed, as the gateway's database is after its
-// warm-up.
-func ceilingDatabase(ctx context.Context, pgbench string, o options, dir string) (*rig.Database, error) {
-	db, err := rig.CreateDatabase(ctx, o.db, "oncepay_ceiling")
-	if err != nil {
+// ceilingDatabase is a fresh database of the gateway's schema for one
+// round's pgbench ceilings. They write tens of thousands of payments a
+// round; in the gateway's own database those rows would grow the tables
+// (and their indexes, which the machine's 128 MB of shared buffers then
+// hold less of) that the gateway's next round writes to, a handicap the
+// seed's table, which only the seed writes, never has. A fresh one each
+// round likewise keeps the ceiling from measuring its own earlier rounds.
+// It is migrated by the gateway binary itself, warmed up by the first
+// script and analyzed, as the gateway's database is after its warm-up.
+// The caller drops it.
+func ceilingDatabase(ctx context.Context, pgbench string, o options, dir string) (db *rig.Database, err error) {
+	if db, err = rig.CreateDatabase(ctx, o.db, "oncepay_ceiling"); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, o.gateway, "migrate")
-	cmd.Env = os.Environ()
-	for k, v := range rig.GatewayEnv(db.URL, dir) {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = db.Drop(context.Background())
+	defer func() {
+		if err != nil {
+			dropCeiling(db)
+		}
+	}()
+	if out, err := rig.Run(o.gateway, []string{"migrate"}, rig.GatewayEnv(db.URL, dir), time.Minute); err != nil {
 		return nil, fmt.Errorf("migrate the ceiling's database: %w: %s", err, out)
 	}
 	warm := scripts[0]
-	if _, err := runPgbench(ctx, pgbench, db.URL, warm.sql, max(1, warm.payments), o.conns, min(2*time.Second, o.duration), filepath.Join(dir, "ceiling-warmup")); err != nil {
-		_ = db.Drop(context.Background())
+	if _, err := runPgbench(ctx, pgbench, db.URL, warm.sql, max(1, warm.payments), o.conns, min(2*time.Second, o.duration), filepath.Join(dir, "warmup")); err != nil {
 		return nil, err
 	}
 	if err := db.Analyze(ctx); err != nil {
-		_ = db.Drop(context.Background())
 		return nil, err
 	}
 	return db, nil
+}
+
+// dropCeiling drops a ceiling's database, saying so when it cannot (the
+// next run's CreateDatabase drops it once it is an hour old).
+func dropCeiling(db *rig.Database) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.Drop(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: drop the ceiling's database:", err)
+	}
 }
 
 // findPgbench returns the pgbench binary: the flag, then PATH, then the
@@ -147,7 +157,11 @@ func runPgbench(ctx context.Context, bin, dbURL, script string, payments, conns 
 	}
 	prefix := filepath.Join(dir, "pgbench_log")
 	secs := max(1, int(d.Round(time.Second)/time.Second))
-	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", "2",
+	// The scripts' :k starts at the run's microsecond, which no earlier
+	// run's count reaches; a script of n payments a transaction numbers
+	// them :k × n + j, so k starts at that divided by n.
+	start := time.Now().UnixMicro() / int64(payments)
+	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(conns), "-j", "2", "-D", "k="+strconv.FormatInt(start, 10),
 		"-T", strconv.Itoa(secs), "-f", sf, "--log", "--log-prefix", prefix, dbURL)
 	pg0, okPg := postgresCPU()
 	out, err := cmd.CombinedOutput()
@@ -232,8 +246,9 @@ func pipelinedSQL(n int) string {
 			b.WriteString(key.ReplaceAllString(stmt, fmt.Sprintf(":k%d", j)))
 		}
 	}
+	b.WriteString("\\set k :k + 1\n")
 	for j := range n {
-		fmt.Fprintf(&b, "\\set k%d random(1, 1000000000000000)\n", j)
+		fmt.Fprintf(&b, "\\set k%d :k * %d + %d\n", j, n, j)
 	}
 	b.WriteString("\\startpipeline\nBEGIN;\n")
 	each(claim)
@@ -243,7 +258,7 @@ func pipelinedSQL(n int) string {
 		if j > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "('op-pgb-' || :client_id || '-' || :k%d, 'sim_' || :k%d, 5000, 'NGN', 'sim_success', 'succeeded', now())", j, j)
+		fmt.Fprintf(&b, "('op-' || md5('pgb-' || :k%d || '-' || :client_id), 'sim_' || :k%d || '_' || :client_id, 5000, 'NGN', 'sim_success', 'succeeded', now())", j, j)
 	}
 	b.WriteString(") AS v(reference, transaction_id, amount, currency, payment_method, status, created_at)\nON CONFLICT DO NOTHING;\n")
 	b.WriteString("\\startpipeline\nBEGIN;\n")
@@ -254,10 +269,15 @@ func pipelinedSQL(n int) string {
 
 // ceilings runs every script once, for o.duration each, with as many
 // connections as the gateway's pool.
-func ceilings(ctx context.Context, bin, dbURL string, o options, dir string) ([]result, error) {
+func ceilings(ctx context.Context, bin string, o options, dir string) ([]result, error) {
+	db, err := ceilingDatabase(ctx, bin, o, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer dropCeiling(db)
 	var out []result
 	for i, s := range scripts {
-		r, err := runPgbench(ctx, bin, dbURL, s.sql, max(1, s.payments), o.conns, o.duration, filepath.Join(dir, strconv.Itoa(i)))
+		r, err := runPgbench(ctx, bin, db.URL, s.sql, max(1, s.payments), o.conns, o.duration, filepath.Join(dir, strconv.Itoa(i)))
 		if err != nil {
 			return nil, err
 		}

@@ -214,21 +214,55 @@ type Process struct {
 	done chan struct{}
 }
 
+// childEnv is a child's whole environment: PATH, HOME and env. The Go
+// runtime's knobs reach the child only when asked for with a RIG_ prefix
+// (RIG_GOGC=100 make bench), and nothing else of the rig's environment
+// does, so the rig's own settings never leak into what is measured, or
+// into a gateway's configuration, by accident.
+func childEnv(env map[string]string) []string {
+	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "AUTOMEMLIMIT", "GODEBUG"} {
+		if v, ok := os.LookupEnv("RIG_" + k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// Run runs bin to its end, with a Process's environment (childEnv), for
+// at most timeout, and returns what it wrote to stdout and stderr. An
+// interrupt kills it, as it stops a Process.
+func Run(bin string, args []string, env map[string]string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = childEnv(env)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done := make(chan struct{})
+	exited, err := register(cmd.Start, func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rig: run %s: %w", bin, err)
+	}
+	err = cmd.Wait()
+	exited()
+	close(done)
+	if err != nil {
+		return out.Bytes(), fmt.Errorf("rig: run %s: %w", bin, err)
+	}
+	return out.Bytes(), nil
+}
+
 // Start runs the process and waits up to 30s for Health to answer 200.
 func (p *Process) Start() error {
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	// The Go runtime's knobs reach the child only when asked for with a
-	// RIG_ prefix (RIG_GOGC=100 make bench), so the rig's own settings
-	// never leak into what is measured by accident.
-	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "AUTOMEMLIMIT", "GODEBUG"} {
-		if v, ok := os.LookupEnv("RIG_" + k); ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	for k, v := range p.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = childEnv(p.Env)
 	cmd.Stdout, cmd.Stderr = p.Log, p.Log
 	done := make(chan struct{})
 	exited, err := register(cmd.Start, func() {

@@ -167,3 +167,29 @@ func TestRestartsKeepOneRegistration(t *testing.T) {
 	}
 	require.Equal(t, before, registered())
 }
+
+// A command the rig runs to its end (the ceiling's `gateway migrate`)
+// sees PATH, HOME and what it is given, never the rest of the rig's
+// environment: a stray PROVIDER_TIMEOUT in the shell would otherwise fail
+// the gateway's configuration for the bench alone.
+func TestRunPassesOnlyItsEnvironment(t *testing.T) {
+	t.Setenv("PROVIDER_TIMEOUT", "40s")
+	t.Setenv("RIG_GOGC", "123")
+	out, err := Run("/bin/sh", []string{"-c", `echo "[$DATABASE_URL][$PROVIDER_TIMEOUT][$GOGC]"`},
+		map[string]string{"DATABASE_URL": "postgres://x"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "[postgres://x][][123]\n", string(out))
+
+	out, err = Run("/bin/sh", []string{"-c", "echo refused >&2; exit 3"}, nil, 10*time.Second)
+	require.Error(t, err)
+	require.Equal(t, "refused\n", string(out))
+}
+
+// Run gives up at its timeout instead of hanging the bench.
+func TestRunStopsAtItsTimeout(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := Run("/bin/sh", []string{"-c", "exec sleep 30"}, nil, 200*time.Millisecond)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 20*time.Second)
+}

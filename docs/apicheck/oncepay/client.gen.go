@@ -467,7 +467,7 @@ type AdminPayment struct {
 	// FailureMessage Example: The card was declined.
 	FailureMessage *string `json:"failure_message,omitempty"`
 
-	// Id Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	// Id Example: pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70
 	Id string `json:"id"`
 
 	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
@@ -527,7 +527,7 @@ type AdminPaymentDetail struct {
 	// FailureMessage Example: The card was declined.
 	FailureMessage *string `json:"failure_message,omitempty"`
 
-	// Id Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	// Id Example: pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70
 	Id string `json:"id"`
 
 	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
@@ -916,7 +916,7 @@ type Payment struct {
 	// FailureMessage Example: The card was declined.
 	FailureMessage *string `json:"failure_message,omitempty"`
 
-	// Id Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	// Id Example: pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70
 	Id string `json:"id"`
 
 	// IdempotencyKey Example: 8e03978e-40d5-43e8-bc93-6894a57f9324
@@ -989,7 +989,7 @@ type ProviderUnavailableProblem struct {
 	Detail *string       `json:"detail,omitempty"`
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// PaymentId Example: pay_01hv8m3k2c7r9t5w4x6y8z0a1b
+	// PaymentId Example: pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70
 	PaymentId string `json:"payment_id"`
 
 	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
