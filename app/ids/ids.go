@@ -10,7 +10,9 @@
 // a random page of the whole index: fewer pages read and dirtied per
 // insert, and fewer full-page images in the WAL after a checkpoint. The
 // price is density where a merchant's range is not the end of the index:
-// those pages split in halves that no later id returns to.
+// those pages split in halves that no later id returns to (with 100
+// merchants a third more index than random ids, at half the leaf density;
+// bench/README.md).
 //
 // Ids stay opaque: they reveal when they were made (as created_at does),
 // nothing may rely on their order, which two instances' clocks need not
