@@ -21,6 +21,8 @@ package main
 //	@description
 //	@description				**Auth.** Admins use `Authorization: Bearer <ADMIN_API_KEY>` (AdminKey). Merchants exchange their client credentials at `POST /v1/auth/token` (client-credentials grant; HTTP Basic or `client_id` and `client_secret` in the form) for a short-lived JWT and send it as `Authorization: Bearer <token>` (BearerAuth).
 //	@description
+//	@description				**Ids.** An object's id is its type's prefix and 32 hex digits (`pay_…`, `re_…`, `evt_…`, `we_…`). Treat it as an opaque string: it is a time-ordered UUID, so it shows when the object was made (as `created_at` does), but no order of ids is promised; lists are ordered by `created_at`.
+//	@description
 //	@description				**Request ids.** Every answer carries `X-Request-Id`, also in problem bodies as `request_id`: the client's own `X-Request-Id` when it is 1 to 128 visible ASCII characters, else one the gateway made. Quote it to support.
 //	@contact.name				OncePay
 //	@BasePath					/
