@@ -22,12 +22,12 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/gowebpki/jcs"
 )
 
 // Error is a body that Decode refused; Reason is safe to show the client
@@ -62,7 +62,38 @@ func Canonical(data []byte) ([]byte, error) {
 	if len(data) == 0 {
 		return nil, errors.New("reqjson: empty")
 	}
-	return jcs.Transform(data)
+	// Canonicalize rewrites its value in place: a copy, so the caller's
+	// body (Fiber's buffer) is never touched.
+	v := jsontext.Value(bytes.Clone(data))
+	if err := v.Canonicalize(); err != nil {
+		return nil, err
+	}
+	// jsontext writes a number beyond float64 as the largest float64;
+	// gowebpki/jcs, which made the fingerprints of keys stored before,
+	// refused it, and so does Canonical, so that such a body still hashes
+	// raw (FuzzCanonicalAsJCS).
+	if bytes.Contains(v, maxFloat) && overflows(data) {
+		return nil, errors.New("reqjson: a number out of range")
+	}
+	return v, nil
+}
+
+var maxFloat = []byte("1.7976931348623157e+308")
+
+// overflows reports whether a number in data, valid JSON, is beyond float64.
+func overflows(data []byte) bool {
+	d := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return false
+		}
+		if tok.Kind() == '0' {
+			if _, err := strconv.ParseFloat(tok.String(), 64); err != nil {
+				return true
+			}
+		}
+	}
 }
 
 // Decode decodes data, which must be exactly one JSON object, into v (a
