@@ -2,6 +2,7 @@ package reqjson_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -23,6 +24,9 @@ func FuzzCanonicalAsJCS(f *testing.F) {
 		`{"a":1} x`, `{"a":`, `[1,]`, `  `, `{"a":1}{"b":2}`, "\ufeff{}",
 	} {
 		f.Add([]byte(s))
+	}
+	for _, depth := range []int{10000, 10001} { // both stop at 10,000 levels
+		f.Add([]byte(strings.Repeat("[", depth) + strings.Repeat("]", depth)))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := bytes.Clone(data)
