@@ -155,7 +155,9 @@ func serve() error {
 			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())
 		}
 	}
-	logGC(log, gctune.Apply(gctune.Options{GOGC: cfg.GC.GOGC, GOMEMLIMIT: cfg.GC.GOMEMLIMIT, Ratio: cfg.GC.MemoryRatio}))
+	gcOpts := gctune.Options{GOGC: cfg.GC.GOGC, GOMEMLIMIT: cfg.GC.GOMEMLIMIT, Ratio: cfg.GC.MemoryRatio}
+	gc := gctune.Apply(gcOpts)
+	logGC(log, gc)
 	store := "sqlite"
 	if cfg.Database.Postgres() {
 		store = "postgres"
@@ -172,6 +174,10 @@ func serve() error {
 	log.Info("gateway listening", "addr", ln.Addr().String(), "env", cfg.Env, "store", store)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go gctune.Watch(ctx, gcOpts, gc, gctune.RefreshEvery, func(s gctune.Settings) {
+		log.Info("memory limit changed; the garbage collector follows")
+		logGC(log, s)
+	})
 	return a.Serve(ctx, ln)
 }
 

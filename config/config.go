@@ -92,7 +92,8 @@ type Config struct {
 	ClockSync bool
 }
 
-// GC is what the garbage collector runs with (app/gctune sets it at start).
+// GC is what the garbage collector runs with (app/gctune sets it at start
+// and follows a resized container).
 type GC struct {
 	// GOGC and GOMEMLIMIT are the operator's, as set ("": unset). The
 	// runtime reads them itself before main (a malformed GOMEMLIMIT

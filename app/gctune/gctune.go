@@ -15,15 +15,18 @@
 // keeps the runtime's 100.
 //
 // The operator's own GOGC and GOMEMLIMIT always win: the runtime read them
-// at start, and nothing here overrides them. The limit is read once, at
-// start.
+// at start, and nothing here overrides them. Watch reads the limit again
+// every RefreshEvery, so a container resized in place gets the limit (and
+// the GOGC) of its new size without a restart.
 package gctune
 
 import (
+	"context"
 	"errors"
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -76,6 +79,64 @@ func Apply(o Options) Settings {
 		s.Percent = currentPercent()
 	}
 	return s
+}
+
+// RefreshEvery is how often Watch reads the memory limit again: a resize
+// is rare, and one read is a few small files under /sys/fs/cgroup.
+const RefreshEvery = time.Minute
+
+// Watch reads the container's (or machine's) memory every interval until
+// ctx ends and applies a changed limit — Kubernetes resizes a pod's
+// containers in place, and an instance that kept its old limit would
+// either collect as if it had memory it lost (and be killed) or hold to a
+// limit far below its new size. GOGC follows the new limit as Apply
+// would have chosen it, unless the operator set GOGC. changed hears every
+// change of either (for the log). From s, what Apply returned; nothing is
+// watched when the operator set GOMEMLIMIT or no ratio.
+func Watch(ctx context.Context, o Options, s Settings, every time.Duration, changed func(Settings)) {
+	watch(ctx, o, s, every, memlimit.FromCgroup, memlimit.FromSystem, changed)
+}
+
+func watch(ctx context.Context, o Options, s Settings, every time.Duration, container, machine memlimit.Provider, changed func(Settings)) {
+	if o.GOMEMLIMIT != "" || o.Ratio <= 0 || o.Ratio > 1 || every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		next, ok := reapply(o, s, container, machine)
+		if ok && (next.Limit != s.Limit || next.Percent != s.Percent) {
+			changed(next)
+		}
+		s = next
+	}
+}
+
+// reapply reads the limit again and sets it, and the GOGC gctune chose
+// for it, when they changed from prev. A read that fails keeps prev (a
+// transient error must not lift a limit): ok is false then.
+func reapply(o Options, prev Settings, container, machine memlimit.Provider) (Settings, bool) {
+	next := setLimit(o, container, machine)
+	if next.LimitErr != nil {
+		return prev, false
+	}
+	next.Percent, next.PercentFrom = percent(o.GOGC, next.Limit)
+	switch {
+	case next.PercentFrom == "default":
+		debug.SetGCPercent(next.Percent)
+	case next.PercentFrom == "runtime" && prev.PercentFrom == "default":
+		// Back under MinLimit: the runtime's own, which GOGC unset was.
+		next.Percent = 100
+		debug.SetGCPercent(next.Percent)
+	default:
+		next.Percent = currentPercent()
+	}
+	return next, true
 }
 
 // setLimit sets the runtime's memory limit to o.Ratio of what container

@@ -1,10 +1,13 @@
 package gctune
 
 import (
+	"context"
 	"errors"
 	"math"
 	"runtime/debug"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -106,5 +109,97 @@ func TestApplyLeavesTheOperatorsGOGC(t *testing.T) {
 		if s.PercentFrom == "default" || s.Percent != 137 || currentPercent() != 137 {
 			t.Fatalf("%+v: settings = %+v, runtime's GOGC %d; want 137 left as it was", o, s, currentPercent())
 		}
+	}
+}
+
+// A container resized in place: the watch follows its limit up and down,
+// GOGC with it (the larger one only at MinLimit or more), keeps the last
+// limit through a failed read, and stops with its context.
+func TestWatchFollowsAResize(t *testing.T) {
+	keep(t)
+	const mib = 1 << 20
+	var mu sync.Mutex
+	size, fail := uint64(1024*mib), false
+	container := func() (uint64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return 0, errors.New("cgroup unreadable for a moment")
+		}
+		return size, nil
+	}
+	machine := func() (uint64, error) { return 0, errors.New("not this one") }
+	o := Options{Ratio: 0.5}
+	start := setLimit(o, container, machine)
+	start.Percent, start.PercentFrom = percent(o.GOGC, start.Limit)
+	debug.SetGCPercent(start.Percent)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan Settings, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watch(ctx, o, start, time.Millisecond, container, machine, func(s Settings) { changes <- s })
+	}()
+	resize := func(to uint64, unreadable bool) {
+		mu.Lock()
+		size, fail = to, unreadable
+		mu.Unlock()
+	}
+	expect := func(limit int64, gogc int) {
+		t.Helper()
+		select {
+		case s := <-changes:
+			if s.Limit != limit || s.Percent != gogc || s.LimitFrom != "container" {
+				t.Fatalf("change = %+v; want limit %d, GOGC %d, from the container", s, limit, gogc)
+			}
+			if got := debug.SetMemoryLimit(-1); got != limit {
+				t.Fatalf("runtime's limit = %d; want %d", got, limit)
+			}
+			if got := currentPercent(); got != gogc {
+				t.Fatalf("runtime's GOGC = %d; want %d", got, gogc)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no change reported; want limit %d, GOGC %d", limit, gogc)
+		}
+	}
+	if start.Limit != 512*mib || start.Percent != DefaultPercent {
+		t.Fatalf("start = %+v", start)
+	}
+	resize(512*mib, false) // half of it under MinLimit: the runtime's GOGC
+	expect(256*mib, 100)
+	resize(4096*mib, false)
+	expect(2048*mib, DefaultPercent)
+	resize(0, true) // unreadable: nothing changes, nothing reported
+	time.Sleep(20 * time.Millisecond)
+	if got := debug.SetMemoryLimit(-1); got != 2048*mib {
+		t.Fatalf("runtime's limit after a failed read = %d; want it kept", got)
+	}
+	resize(2048*mib, false)
+	expect(1024*mib, DefaultPercent)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not stop with its context")
+	}
+	select {
+	case s := <-changes:
+		t.Fatalf("a change reported that did not happen: %+v", s)
+	default:
+	}
+}
+
+func TestWatchLeavesTheOperatorsLimit(t *testing.T) {
+	keep(t)
+	called := false
+	provider := func() (uint64, error) { called = true; return 1 << 30, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, o := range []Options{{GOMEMLIMIT: "1GiB", Ratio: 0.9}, {Ratio: 0}} {
+		watch(ctx, o, Settings{}, time.Millisecond, provider, provider, func(Settings) { t.Error("changed") })
+	}
+	if called {
+		t.Fatal("read the limit under the operator's own setting")
 	}
 }
