@@ -2,6 +2,7 @@ package reqjson_test
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,6 +29,8 @@ func FuzzCanonicalAsJCS(f *testing.F) {
 	for _, depth := range []int{10000, 10001} { // both stop at 10,000 levels
 		f.Add([]byte(strings.Repeat("[", depth) + strings.Repeat("]", depth)))
 	}
+	f.Add([]byte(`[{"b":"[","a":"\"{"}]`)) // brackets in strings do not nest
+	f.Add(crafted(33, 1<<10))              // past maxDepth: jcs's own path
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := bytes.Clone(data)
 		got, err := reqjson.Canonical(data)
@@ -71,4 +74,49 @@ func BenchmarkCanonical(b *testing.B) {
 			}
 		}
 	})
+}
+
+// crafted is the body that costs jsontext most: every object's members out
+// of order, nested depth deep, about size bytes in all.
+func crafted(depth, size int) []byte {
+	pad := max(size/depth-12, 1)
+	tail := `,"a":"` + strings.Repeat("x", pad) + `"}`
+	return []byte(strings.Repeat(`{"b":`, depth) + "1" + strings.Repeat(tail, depth))
+}
+
+// A megabyte nested at the deepest Decode accepts (jsontext) and far deeper
+// (jcs): neither costs what a deep body cost jsontext, a multiple of jcs.
+func BenchmarkCanonicalCrafted(b *testing.B) {
+	for _, depth := range []int{32, 33, 2000, 10000} {
+		body := crafted(depth, 900<<10)
+		b.Run(fmt.Sprintf("depth=%d/Canonical", depth), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := reqjson.Canonical(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("depth=%d/jcs", depth), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := jcs.Transform(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestCanonicalCraftedAsJCS(t *testing.T) {
+	t.Parallel()
+	for _, depth := range []int{1, 31, 32, 33, 100} {
+		body := crafted(depth, 4<<10)
+		got, err := reqjson.Canonical(body)
+		if err != nil {
+			t.Fatalf("depth %d: %v", depth, err)
+		}
+		want, err := jcs.Transform(body)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("depth %d: Canonical %.80q…, jcs %.80q… (%v)", depth, got, want, err)
+		}
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/gowebpki/jcs"
 )
 
 // Error is a body that Decode refused; Reason is safe to show the client
@@ -62,6 +63,14 @@ func Canonical(data []byte) ([]byte, error) {
 	if len(data) == 0 {
 		return nil, errors.New("reqjson: empty")
 	}
+	if !shallow(data) {
+		// jsontext re-copies an out-of-order member at every level it
+		// is nested in, so a crafted deep body of a megabyte costs it
+		// several times what it costs jcs (hundreds of milliseconds),
+		// and any merchant can send one: deep bodies keep jcs, whose
+		// output is the same.
+		return jcs.Transform(data)
+	}
 	// Canonicalize rewrites its value in place: a copy, so the caller's
 	// body (Fiber's buffer) is never touched.
 	v := jsontext.Value(bytes.Clone(data))
@@ -79,6 +88,34 @@ func Canonical(data []byte) ([]byte, error) {
 }
 
 var maxFloat = []byte("1.7976931348623157e+308")
+
+// shallow reports whether data nests no deeper than maxDepth, as far as a
+// scan of its brackets outside strings can tell (malformed data is for
+// the canonicalizer to refuse).
+func shallow(data []byte) bool {
+	depth, inString, escaped := 0, false, false
+	for _, b := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			if b == '\\' {
+				escaped = true
+			} else if b == '"' {
+				inString = false
+			}
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			if depth++; depth > maxDepth {
+				return false
+			}
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return true
+}
 
 // overflows reports whether a number in data, valid JSON, is beyond float64.
 func overflows(data []byte) bool {
