@@ -281,12 +281,17 @@ func (p *Pipeline) lane() {
 // fault of its statements. One older than MaxLifetime is replaced, as the
 // pool replaces its own.
 func (p *Pipeline) ready(conn *pgx.Conn, used, born time.Time) (*pgx.Conn, time.Time, error) {
+	now := time.Now()
+	if conn != nil && !conn.IsClosed() && now.Sub(born) <= p.lifetime && now.Sub(used) <= idleCheck {
+		// The common case, once per batch: no timer to start and stop.
+		return conn, born, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if conn != nil && !conn.IsClosed() && time.Since(born) > p.lifetime {
+	if conn != nil && !conn.IsClosed() && now.Sub(born) > p.lifetime {
 		_ = conn.Close(ctx)
 	}
-	if conn != nil && !conn.IsClosed() && time.Since(used) > idleCheck {
+	if conn != nil && !conn.IsClosed() && now.Sub(used) > idleCheck {
 		if err := conn.Ping(ctx); err != nil {
 			_ = conn.Close(ctx)
 		}
