@@ -71,11 +71,22 @@ type Settings struct {
 // cannot be read is not fatal: the instance runs with the runtime's
 // defaults, and Settings says why.
 func Apply(o Options) Settings {
-	s := setLimit(o, memlimit.FromCgroup, memlimit.FromSystem)
+	return setPercent(o, setLimit(o, memlimit.FromCgroup, memlimit.FromSystem), "")
+}
+
+// setPercent decides GOGC for s's limit, sets it when gctune chose it,
+// and returns s with it. prevFrom is who chose the GOGC before ("" at
+// start): going from the default back to the runtime's puts back 100,
+// which the runtime ran with when the operator set no GOGC.
+func setPercent(o Options, s Settings, prevFrom string) Settings {
 	s.Percent, s.PercentFrom = percent(o.GOGC, s.Limit)
-	if s.PercentFrom == "default" {
+	switch {
+	case s.PercentFrom == "default":
 		debug.SetGCPercent(s.Percent)
-	} else {
+	case s.PercentFrom == "runtime" && prevFrom == "default":
+		s.Percent = 100
+		debug.SetGCPercent(s.Percent)
+	default:
 		s.Percent = currentPercent()
 	}
 	return s
@@ -125,18 +136,7 @@ func reapply(o Options, prev Settings, container, machine memlimit.Provider) (Se
 	if next.LimitErr != nil {
 		return prev, false
 	}
-	next.Percent, next.PercentFrom = percent(o.GOGC, next.Limit)
-	switch {
-	case next.PercentFrom == "default":
-		debug.SetGCPercent(next.Percent)
-	case next.PercentFrom == "runtime" && prev.PercentFrom == "default":
-		// Back under MinLimit: the runtime's own, which GOGC unset was.
-		next.Percent = 100
-		debug.SetGCPercent(next.Percent)
-	default:
-		next.Percent = currentPercent()
-	}
-	return next, true
+	return setPercent(o, next, prev.PercentFrom), true
 }
 
 // setLimit sets the runtime's memory limit to o.Ratio of what container

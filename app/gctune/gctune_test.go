@@ -130,9 +130,7 @@ func TestWatchFollowsAResize(t *testing.T) {
 	}
 	machine := func() (uint64, error) { return 0, errors.New("not this one") }
 	o := Options{Ratio: 0.5}
-	start := setLimit(o, container, machine)
-	start.Percent, start.PercentFrom = percent(o.GOGC, start.Limit)
-	debug.SetGCPercent(start.Percent)
+	start := setPercent(o, setLimit(o, container, machine), "")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	changes := make(chan Settings, 16)
