@@ -89,10 +89,15 @@ func TestFinish(t *testing.T) {
 				require.NoError(t, gerr)
 				require.Equal(t, tc.wantLedger, ledger.Status)
 				require.Equal(t, tc.wantTxn, ledger.ProviderTransactionID)
-				// The provider's transaction id finds the payment (a refund
-				// event naming only that) exactly when the ledger kept it,
-				// written by the same commit: the CTE on PostgreSQL, the
-				// transaction on SQLite, Finish's own one without a tx.
+				// The completion writes no lookup row for the provider's
+				// transaction id (a refund event naming only that): a
+				// refund's creation does, and then the id the ledger kept
+				// finds the payment, and no other id, merchant or provider.
+				for _, txn := range []string{"txn_1", "txn_first"} {
+					_, ferr := s.store.GetByTransactionID(ctx, "ten_1", "simulator", txn)
+					require.ErrorIs(t, ferr, ErrNotFound, txn)
+				}
+				require.NoError(t, s.store.recordTransaction(ctx, db, "ten_1", p.ID))
 				for _, txn := range []string{"txn_1", "txn_first"} {
 					found, ferr := s.store.GetByTransactionID(ctx, "ten_1", "simulator", txn)
 					if txn != tc.wantTxn {

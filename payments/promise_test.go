@@ -101,9 +101,6 @@ func TestLateChargeIsReopenedByTheRecheck(t *testing.T) {
 			require.Empty(t, p.FailureCode)
 			require.Nil(t, p.RecheckAt)
 			require.NotEmpty(t, p.ProviderTransactionID)
-			found, err := payments.NewStore(g.App.DB()).GetByTransactionID(context.Background(), m.ID, "simulator", p.ProviderTransactionID)
-			require.NoError(t, err, "a refund event naming only the transaction id finds the re-opened payment")
-			require.Equal(t, id, found.ID)
 			require.Equal(t, "succeeded", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
 			retry := g.Pay(m, "late-1", body("sim_late"))
 			require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
@@ -111,6 +108,13 @@ func TestLateChargeIsReopenedByTheRecheck(t *testing.T) {
 			require.Equal(t, id, retry.JSON(t)["id"])
 			require.Equal(t, 1, charges(t, g, m.ID, "late-1"))
 			require.Equal(t, scheduler.Counts{}, sweep(t, g), "nothing left to do")
+			// A refund of it records the transaction id the late charge
+			// brought, so a refund event naming only that finds it.
+			rf := refundOf(g, m, id, "late-1-refund", map[string]any{"amount": 100})
+			require.Equal(t, http.StatusCreated, rf.StatusCode, string(rf.Body))
+			found, err := payments.NewStore(g.App.DB()).GetByTransactionID(context.Background(), m.ID, "simulator", p.ProviderTransactionID)
+			require.NoError(t, err)
+			require.Equal(t, id, found.ID)
 		})
 	}
 }

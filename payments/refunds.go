@@ -238,6 +238,11 @@ func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.
 	if err := s.store.insertRefund(ctx, tx, r); err != nil {
 		return err
 	}
+	// Committed before the provider hears of the refund, so its event,
+	// if it names the charge only by transaction id, finds the payment.
+	if err := s.store.recordTransaction(ctx, tx, merchantID, paymentID); err != nil {
+		return err
+	}
 	// The key names its refund, so a settler knows what it holds.
 	return s.keys.SetResource(ctx, tx, claim, r.ID)
 }

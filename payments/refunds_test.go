@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/flutterwave"
+	"github.com/oncepay/gateway/providers/flutterwave/flutterwavetest"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 	"github.com/oncepay/gateway/scheduler"
 )
@@ -380,6 +383,42 @@ func TestRefundsThroughEachProvider(t *testing.T) {
 			require.Equal(t, "refund_exceeds_remaining", over.Code(t))
 		})
 	}
+}
+
+// A Flutterwave refund event may name the charge by its transaction id
+// alone. The gateway records that id for the lookup when it creates a
+// refund, not at every payment's completion, so such an event finds the
+// payment exactly when there is a refund of ours to settle.
+func TestRefundWebhookByTransactionIDOnly(t *testing.T) {
+	t.Parallel()
+	fw := flutterwavetest.New(t)
+	g := apptest.Start(t, apptest.Env("FLUTTERWAVE_BASE_URL", fw.URL))
+	m := g.Onboard(map[string]any{"default_provider": "flutterwave", "providers": map[string]any{
+		"flutterwave": map[string]string{"secret_key": flutterwavetest.SecretKey, "secret_hash": flutterwavetest.SecretHash}}})
+	r := g.Pay(m, "p", body(flutterwavetest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	id := r.JSON(t)["id"].(string)
+	txn, _ := r.JSON(t)["provider_transaction_id"].(string)
+	require.NotEmpty(t, txn)
+	raw := []byte(`{"event":"refund.completed","data":{"id":1,"tx_id":` + txn + `,"status":"completed"}}`)
+	h := []string{"Content-Type", "application/json", "Verif-Hash", flutterwavetest.SecretHash,
+		"Flutterwave-Signature", base64.StdEncoding.EncodeToString(flutterwave.Sign(flutterwavetest.SecretHash, raw))}
+	hook := "/v1/webhooks/flutterwave/" + m.ID
+
+	before := g.Do("POST", hook, raw, h...)
+	require.Equal(t, http.StatusOK, before.StatusCode, string(before.Body))
+	require.Equal(t, "ignored", before.JSON(t)["status"], "no refund of ours yet: nothing to find")
+
+	fw.PendNextRefund()
+	pending := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, pending.StatusCode, string(pending.Body))
+	require.NoError(t, fw.SettleRefund(providers.RefundReference(m.ID, "r"), providers.OutcomeSucceeded))
+	ok := g.Do("POST", hook, raw, h...)
+	require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+	require.Equal(t, "refunds_settled", ok.JSON(t)["status"])
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
 }
 
 // A provider's signed refund event settles a pending refund at once, by

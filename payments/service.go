@@ -10,7 +10,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/ids"
@@ -478,11 +477,7 @@ func (s *Service) finish(ctx context.Context, claim idempotency.Claim, p *Paymen
 	if err != nil {
 		return Answer{}, err
 	}
-	also := []clause.Expr{event}
-	if f.TransactionID != "" {
-		also = append(also, transactionAlong(p, f.TransactionID))
-	}
-	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f), also...)
+	applied, err := s.keys.CompleteWith(ctx, claim, answer, finishClaimed(p.MerchantID, p.ID, claim.Key, f), event)
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()

@@ -79,11 +79,14 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 }
 
 // GetByTransactionID returns the merchant's payment the provider knows by
-// its own transaction id (a refund event that names only that), through
-// payment_transactions: every write that sets a payment's transaction id
-// records it there in the same commit (Finish, reopenSettled,
-// transactionAlong), so payments itself needs no index on it and its
-// completion stays a HOT update (migration 14).
+// its own transaction id, through payment_transactions (so payments needs
+// no index on it and its completion stays a HOT update, migration 14). The
+// one event that names a payment by nothing else is a refund's
+// (Flutterwave's), and a refund event only matters for a refund the
+// gateway made: so the lookup row is written when a refund of the payment
+// is created (recordTransaction), not by the writes that set the id. A
+// payment never refunded through the gateway — nearly all of them — is
+// not found by it, and costs PostgreSQL one row and one index entry fewer.
 func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, txID string) (Payment, error) {
 	var p Payment
 	err := s.exec(ctx, nil).Where(`merchant_id = ? AND provider = ? AND id = (
@@ -94,32 +97,16 @@ func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, tx
 }
 
 // recordTransaction writes the lookup row of the payment's transaction id
-// (GetByTransactionID), in tx: the caller's transaction that set it. A
-// second attempt's charge under another transaction id adds a row, so
-// either id finds the payment.
-func (s *Store) recordTransaction(ctx context.Context, tx *gorm.DB, merchantID, id, txID string) error {
+// (GetByTransactionID), in tx: the transaction that creates a refund of
+// it. Only a succeeded payment is refunded, and its transaction id is
+// final by then. Rows written by earlier versions at every completion
+// stay, and are found the same way.
+func (s *Store) recordTransaction(ctx context.Context, tx *gorm.DB, merchantID, id string) error {
 	err := tx.WithContext(ctx).Exec(`INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
-  SELECT merchant_id, provider, ?, id FROM payments WHERE merchant_id = ? AND id = ?
-  ON CONFLICT DO NOTHING`, txID, merchantID, id).Error
+  SELECT merchant_id, provider, provider_transaction_id, id FROM payments
+  WHERE merchant_id = ? AND id = ? AND provider_transaction_id <> ''
+  ON CONFLICT DO NOTHING`, merchantID, id).Error
 	return interpret("record transaction", err)
-}
-
-// transactionAlong is recordTransaction as one more write of
-// idempotency.Store.CompleteWith, beside finishClaimed: it applies only
-// when the payment's completion did (the CTE named resource).
-func transactionAlong(p *Payment, txID string) clause.Expr {
-	return clause.Expr{SQL: `INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
-  SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM resource)
-  ON CONFLICT DO NOTHING`, Vars: []any{p.MerchantID, p.Provider, txID, p.ID}}
-}
-
-// inTransaction runs fn in tx, or in a transaction of its own when tx is
-// nil: for writes of more than one statement that must commit together.
-func (s *Store) inTransaction(ctx context.Context, tx *gorm.DB, fn func(tx *gorm.DB) error) error {
-	if tx != nil {
-		return fn(tx)
-	}
-	return s.db.WithContext(ctx).Transaction(fn)
 }
 
 // insertPayment is InsertNew's statement, written out: it runs once per
@@ -136,24 +123,8 @@ RETURNING created_at`
 
 // InsertNew writes p unless the merchant's key already has a payment
 // (inserted is false then, and nothing was written). It sets p.CreatedAt
-// (and p.UpdatedAt) to the database's time. A payment is inserted before
-// its provider is called: the transaction id is set later by the writes
-// that finish it, which also record it for GetByTransactionID; one that
-// has a transaction id already is recorded with it, in one transaction.
+// (and p.UpdatedAt) to the database's time.
 func (s *Store) InsertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
-	if p.ProviderTransactionID == "" {
-		return s.insertNew(ctx, tx, p)
-	}
-	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
-		if inserted, err = s.insertNew(ctx, tx, p); err != nil || !inserted {
-			return err
-		}
-		return s.recordTransaction(ctx, tx, p.MerchantID, p.ID, p.ProviderTransactionID)
-	})
-	return inserted && err == nil, err
-}
-
-func (s *Store) insertNew(ctx context.Context, tx *gorm.DB, p *Payment) (inserted bool, err error) {
 	db := s.exec(ctx, tx)
 	rows, err := db.Raw(insertPayment,
 		p.ID, p.MerchantID, p.IdempotencyKey, p.Amount, p.Currency, p.Status, p.Provider,
@@ -276,24 +247,18 @@ func (s *Store) Finish(ctx context.Context, tx *gorm.DB, merchantID, id string, 
 	if f.TransactionID != "" {
 		values["provider_transaction_id"] = f.TransactionID
 	}
-	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
-		db := tx.WithContext(ctx)
-		if f.RecheckAfter > 0 {
-			values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
-		}
-		res := db.Model(&Payment{}).
-			Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
-				[]Status{StatusProcessing, StatusRequiresReview}).
-			Updates(values)
-		if res.Error != nil {
-			return interpret("finish", res.Error)
-		}
-		if ok = res.RowsAffected == 1; ok && f.TransactionID != "" {
-			return s.recordTransaction(ctx, tx, merchantID, id, f.TransactionID)
-		}
-		return nil
-	})
-	return ok && err == nil, err
+	db := s.exec(ctx, tx)
+	if f.RecheckAfter > 0 {
+		values["recheck_at"] = dbclock.Plus(db, f.RecheckAfter)
+	}
+	res := db.Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status IN ?", merchantID, id,
+			[]Status{StatusProcessing, StatusRequiresReview}).
+		Updates(values)
+	if res.Error != nil {
+		return false, interpret("finish", res.Error)
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // finishClaimed is Finish as the write of idempotency.Store.CompleteWith:
@@ -383,19 +348,13 @@ func (s *Store) reopenSettled(ctx context.Context, tx *gorm.DB, merchantID, id s
 	if f.TransactionID != "" {
 		values["provider_transaction_id"] = f.TransactionID
 	}
-	err = s.inTransaction(ctx, tx, func(tx *gorm.DB) error {
-		res := tx.WithContext(ctx).Model(&Payment{}).
-			Where("merchant_id = ? AND id = ? AND status = ? AND failure_code IN ? AND attempts = ?", merchantID, id, StatusFailed, retryableCodes, attempts).
-			Updates(values)
-		if res.Error != nil {
-			return interpret("reopen settled", res.Error)
-		}
-		if ok = res.RowsAffected == 1; ok && f.TransactionID != "" {
-			return s.recordTransaction(ctx, tx, merchantID, id, f.TransactionID)
-		}
-		return nil
-	})
-	return ok && err == nil, err
+	res := s.exec(ctx, tx).Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code IN ? AND attempts = ?", merchantID, id, StatusFailed, retryableCodes, attempts).
+		Updates(values)
+	if res.Error != nil {
+		return false, interpret("reopen settled", res.Error)
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // DueRechecks takes up to limit payments whose recheck time has come, and

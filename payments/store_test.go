@@ -40,8 +40,12 @@ func TestInsertNewStoresEveryField(t *testing.T) {
 		require.Greater(t, got.AgeSeconds, 0.0, "GetByKey reads the age by the database's clock")
 		got.AgeSeconds = 0
 		require.Equal(t, p, got)
+		_, err = s.GetByTransactionID(ctx, "ten_every", "paystack", "txn_every")
+		require.ErrorIs(t, err, ErrNotFound, "found by its transaction id only once a refund of it records that")
+		require.NoError(t, s.recordTransaction(ctx, db, "ten_every", "pay_every"))
+		require.NoError(t, s.recordTransaction(ctx, db, "ten_every", "pay_every"), "recorded again: nothing changes")
 		byTxn, err := s.GetByTransactionID(ctx, "ten_every", "paystack", "txn_every")
-		require.NoError(t, err, "a payment inserted with its transaction id is found by it")
+		require.NoError(t, err)
 		require.Equal(t, "pay_every", byTxn.ID)
 
 		again := p

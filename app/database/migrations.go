@@ -367,8 +367,10 @@ CREATE INDEX refunds_review_idx ON refunds (created_at, id) WHERE status = 'requ
 	// the same page, no index touched): payments carries nine indexes, and
 	// an UPDATE that changes any indexed column writes an entry into every
 	// one of them. The completion writes the provider's transaction id,
-	// so its index moves out to a table of its own, written in the same
-	// statement as the completion (payments.Store), and fillfactor leaves
+	// so its index moves out to a table of its own (written then in the
+	// same statement as the completion; since, only when a refund of the
+	// payment is created, which is when a refund event naming the id can
+	// matter: payments.Store.GetByTransactionID), and fillfactor leaves
 	// room on each page for the completed version (PostgreSQL only:
 	// postgresOnly). Measured with pgbench, same run: PostgreSQL CPU per
 	// new payment ~11% lower (bench/README.md).

@@ -23,9 +23,9 @@ import (
 // RETURNING: idempotency.Store.PersistWith with payments'
 // insertClaimedPayment, sent without reading the key first:
 // idempotency.Guard), then the completion's one statement (lock the key,
-// finish the payment, write its event and the lookup row of its
-// transaction id, store the answer on the key: idempotency.Store.CompleteWith
-// with payments' finishClaimed, the event and transactionAlong). The conditions and the ~600-byte stored answer mirror
+// finish the payment, write its event, store the answer on the key:
+// idempotency.Store.CompleteWith with payments' finishClaimed and the
+// event). The conditions and the ~600-byte stored answer mirror
 // idempotency/store.go, payments/store.go and events/store.go, so the tps
 // is the ceiling for the same work without HTTP, auth, JSON and the Go
 // code around it. Every transaction is a new payment: :k counts each
@@ -59,10 +59,6 @@ WITH claim AS (
     '{"id":"evt_x","type":"payment.succeeded","data":{"object":{"id":"pay_x","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","email":"ada@example.com","metadata":{}}}}',
     statement_timestamp(), CASE WHEN EXISTS (SELECT 1 FROM webhook_endpoints WHERE merchant_id = 'ten_pgbench' AND disabled_at IS NULL) THEN NULL ELSE statement_timestamp() END
   WHERE EXISTS (SELECT 1 FROM resource) ON CONFLICT DO NOTHING RETURNING 1
-), txn AS (
-  INSERT INTO payment_transactions (merchant_id, provider, transaction_id, payment_id)
-  SELECT 'ten_pgbench', 'simulator', 'sim_' || :k || '_' || :client_id, 'pay_' || :k || '_' || :client_id WHERE EXISTS (SELECT 1 FROM resource)
-  ON CONFLICT DO NOTHING
 ), done AS (
   UPDATE idempotency_keys
   SET status = 'done', status_code = 201, completed_at = now(),
