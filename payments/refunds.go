@@ -180,6 +180,11 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 		r.Attempts++
 		r.RequestHash = claim.RequestHash
 		r.UpdatedAt = now
+		// Again, for a refund created by a version that recorded the id
+		// at the payment's completion instead (a rolling deploy).
+		if err := s.store.recordTransaction(ctx, tx, merchantID, paymentID); err != nil {
+			return err
+		}
 		return s.store.reopenRefund(ctx, tx, &r, from, fromCode, fromAttempts)
 	})
 	if errors.Is(err, idempotency.ErrLostClaim) || errors.Is(err, ErrConflict) {

@@ -20,6 +20,7 @@ import (
 	"github.com/oncepay/gateway/providers/flutterwave"
 	"github.com/oncepay/gateway/providers/flutterwave/flutterwavetest"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
+	"github.com/oncepay/gateway/providers/stripe/stripetest"
 	"github.com/oncepay/gateway/scheduler"
 )
 
@@ -385,40 +386,90 @@ func TestRefundsThroughEachProvider(t *testing.T) {
 	}
 }
 
-// A Flutterwave refund event may name the charge by its transaction id
-// alone. The gateway records that id for the lookup when it creates a
-// refund, not at every payment's completion, so such an event finds the
-// payment exactly when there is a refund of ours to settle.
+// A refund event may name the charge by the provider's own id for it and
+// nothing else: Flutterwave's by tx_id, Stripe's charge.refunded by its
+// PaymentIntent. The gateway records that id for the lookup when it
+// creates a refund, not at every payment's completion, so such an event
+// finds the payment exactly when there is a refund of ours to settle.
 func TestRefundWebhookByTransactionIDOnly(t *testing.T) {
 	t.Parallel()
-	fw := flutterwavetest.New(t)
-	g := apptest.Start(t, apptest.Env("FLUTTERWAVE_BASE_URL", fw.URL))
-	m := g.Onboard(map[string]any{"default_provider": "flutterwave", "providers": map[string]any{
-		"flutterwave": map[string]string{"secret_key": flutterwavetest.SecretKey, "secret_hash": flutterwavetest.SecretHash}}})
-	r := g.Pay(m, "p", body(flutterwavetest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	id := r.JSON(t)["id"].(string)
-	txn, _ := r.JSON(t)["provider_transaction_id"].(string)
-	require.NotEmpty(t, txn)
-	raw := []byte(`{"event":"refund.completed","data":{"id":1,"tx_id":` + txn + `,"status":"completed"}}`)
-	h := []string{"Content-Type", "application/json", "Verif-Hash", flutterwavetest.SecretHash,
-		"Flutterwave-Signature", base64.StdEncoding.EncodeToString(flutterwave.Sign(flutterwavetest.SecretHash, raw))}
-	hook := "/v1/webhooks/flutterwave/" + m.ID
+	type rig struct {
+		env             [2]string // the base URL's variable and the fake's URL
+		currency, token string
+		secrets         map[string]string
+		pend            func()
+		settle          func(ref string, o providers.Outcome) error
+		// event is the provider's refund event for the charge.
+		event func(t *testing.T, chargeRef, txn string) (http.Header, []byte)
+	}
+	rigs := map[string]func(t *testing.T) rig{
+		"flutterwave": func(t *testing.T) rig {
+			fw := flutterwavetest.New(t)
+			return rig{[2]string{"FLUTTERWAVE_BASE_URL", fw.URL}, "NGN", flutterwavetest.TokenSuccess,
+				map[string]string{"secret_key": flutterwavetest.SecretKey, "secret_hash": flutterwavetest.SecretHash},
+				fw.PendNextRefund, fw.SettleRefund,
+				func(t *testing.T, _, txn string) (http.Header, []byte) {
+					raw := []byte(`{"event":"refund.completed","data":{"id":1,"tx_id":` + txn + `,"status":"completed"}}`)
+					h := http.Header{}
+					h.Set("Content-Type", "application/json")
+					h.Set("Verif-Hash", flutterwavetest.SecretHash)
+					h.Set("Flutterwave-Signature", base64.StdEncoding.EncodeToString(flutterwave.Sign(flutterwavetest.SecretHash, raw)))
+					return h, raw
+				}}
+		},
+		"stripe": func(t *testing.T) rig {
+			st := stripetest.New(t)
+			return rig{[2]string{"STRIPE_BASE_URL", st.URL}, "USD", stripetest.TokenSuccess,
+				map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret},
+				st.PendNextRefund, st.SettleRefund,
+				func(t *testing.T, chargeRef, _ string) (http.Header, []byte) {
+					h, raw, err := st.ChargeRefundedWebhook(chargeRef, time.Now())
+					require.NoError(t, err)
+					return h, raw
+				}}
+		},
+	}
+	for name, start := range rigs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := start(t)
+			g := apptest.Start(t, apptest.Env(p.env[0], p.env[1]))
+			m := g.Onboard(map[string]any{"default_provider": name, "providers": map[string]any{name: p.secrets}})
+			b := body(p.token)
+			b["currency"] = p.currency
+			r := g.Pay(m, "p", b)
+			require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+			id := r.JSON(t)["id"].(string)
+			txn, _ := r.JSON(t)["provider_transaction_id"].(string)
+			require.NotEmpty(t, txn)
+			chargeRef := r.JSON(t)["provider_reference"].(string)
+			hook := "/v1/webhooks/" + name + "/" + m.ID
 
-	before := g.Do("POST", hook, raw, h...)
-	require.Equal(t, http.StatusOK, before.StatusCode, string(before.Body))
-	require.Equal(t, "ignored", before.JSON(t)["status"], "no refund of ours yet: nothing to find")
+			h, raw := p.event(t, chargeRef, txn)
+			before := g.Do("POST", hook, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, before.StatusCode, string(before.Body))
+			require.Equal(t, "ignored", before.JSON(t)["status"], "no refund of ours yet: nothing to find")
 
-	fw.PendNextRefund()
-	pending := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusAccepted, pending.StatusCode, string(pending.Body))
-	require.NoError(t, fw.SettleRefund(providers.RefundReference(m.ID, "r"), providers.OutcomeSucceeded))
-	ok := g.Do("POST", hook, raw, h...)
-	require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
-	require.Equal(t, "refunds_settled", ok.JSON(t)["status"])
-	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+			p.pend()
+			pending := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+			require.Equal(t, http.StatusAccepted, pending.StatusCode, string(pending.Body))
+			// A version that recorded the id at the payment's completion
+			// instead may have created the refund (a rolling deploy): no
+			// row. The refund's next attempt records it.
+			require.NoError(t, g.App.DB().Exec("DELETE FROM payment_transactions").Error)
+			ageKeys(t, g, time.Hour)
+			again := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+			require.Equal(t, http.StatusAccepted, again.StatusCode, string(again.Body))
+			require.NoError(t, p.settle(providers.RefundReference(m.ID, "r"), providers.OutcomeSucceeded))
+			h, raw = p.event(t, chargeRef, txn)
+			ok := g.Do("POST", hook, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+			require.Equal(t, "refunds_settled", ok.JSON(t)["status"])
+			retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+			require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, "succeeded", retry.JSON(t)["status"])
+		})
+	}
 }
 
 // A provider's signed refund event settles a pending refund at once, by

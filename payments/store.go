@@ -81,12 +81,16 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 // GetByTransactionID returns the merchant's payment the provider knows by
 // its own transaction id, through payment_transactions (so payments needs
 // no index on it and its completion stays a HOT update, migration 14). The
-// one event that names a payment by nothing else is a refund's
-// (Flutterwave's), and a refund event only matters for a refund the
-// gateway made: so the lookup row is written when a refund of the payment
-// is created (recordTransaction), not by the writes that set the id. A
-// payment never refunded through the gateway — nearly all of them — is
-// not found by it, and costs PostgreSQL one row and one index entry fewer.
+// events that name a payment by nothing else are refunds' (Flutterwave's
+// by tx_id, Stripe's charge.refunded by its PaymentIntent), and a refund
+// event only matters for a refund the gateway made: so the lookup row is
+// written when a refund of the payment is created or tried again
+// (recordTransaction), not by the writes that set the id. A payment never
+// refunded through the gateway — nearly all of them — is not found by it,
+// and costs PostgreSQL one row and one index entry fewer. (So a refund
+// made outside the gateway, on the provider's dashboard, is "ignored" by
+// its id where it was found and "final" before: there is nothing of ours
+// to settle either way.)
 func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, txID string) (Payment, error) {
 	var p Payment
 	err := s.exec(ctx, nil).Where(`merchant_id = ? AND provider = ? AND id = (
