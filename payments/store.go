@@ -87,10 +87,10 @@ func (s *Store) GetByReference(ctx context.Context, merchantID, reference string
 // written when a refund of the payment is created or tried again
 // (recordTransaction), not by the writes that set the id. A payment never
 // refunded through the gateway — nearly all of them — is not found by it,
-// and costs PostgreSQL one row and one index entry fewer. (So a refund
-// made outside the gateway, on the provider's dashboard, is "ignored" by
-// its id where it was found and "final" before: there is nothing of ours
-// to settle either way.)
+// and costs PostgreSQL one row and one index entry fewer. An id-only event
+// for a refund made outside the gateway (on the provider's dashboard) is
+// therefore answered "ignored" where it was "final" before: there is
+// nothing of ours to settle either way.
 func (s *Store) GetByTransactionID(ctx context.Context, merchantID, provider, txID string) (Payment, error) {
 	var p Payment
 	err := s.exec(ctx, nil).Where(`merchant_id = ? AND provider = ? AND id = (
