@@ -60,6 +60,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -86,11 +87,13 @@ func main() {
 		err = serve()
 	case "migrate":
 		err = migrate()
+	case "reseal":
+		err = reseal()
 	case "-h", "--help", "help":
-		fmt.Println("usage: gateway [serve|migrate]")
+		fmt.Println("usage: gateway [serve|migrate|reseal]")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+		err = fmt.Errorf("unknown command %q (want serve, migrate or reseal)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
@@ -139,6 +142,49 @@ func migrate() error {
 		return err
 	}
 	log.Info("migrations applied", "applied", n, "schema_version", database.Version())
+	return nil
+}
+
+// reseal is the second step of a MASTER_KEY rotation (README, "Rotating
+// MASTER_KEY"): every secret sealed under MASTER_KEY_PREVIOUS is sealed
+// again under MASTER_KEY. It fails when something opens under neither key,
+// so a deploy script notices.
+func reseal() error {
+	cfg, log, err := load()
+	if err != nil {
+		return err
+	}
+	if len(cfg.Secrets.Generated) > 0 && contains(cfg.Secrets.Generated, "MASTER_KEY") {
+		return errors.New("reseal: MASTER_KEY is not set (development generated one); set MASTER_KEY and MASTER_KEY_PREVIOUS")
+	}
+	if len(cfg.Secrets.MasterKeyPrevious) == 0 {
+		log.Warn("MASTER_KEY_PREVIOUS is not set: nothing can be moved, only checked")
+	}
+	rep, err := app.Reseal(context.Background(), cfg, log)
+	if err != nil {
+		return err
+	}
+	// The report is the command's answer: printed whatever LOG_LEVEL is.
+	fmt.Printf("resealed under MASTER_KEY: provider_accounts=%d webhook_endpoints=%d stored_answers=%d\n",
+		rep.Accounts, rep.Endpoints, rep.Answers)
+	fmt.Printf("client secrets still hashed under an older key: stale_client_secret_hashes=%d\n", rep.StaleHashes)
+	for _, a := range rep.UnreadableAccounts {
+		log.Warn("provider account's secrets open under neither key: set them again", "account", a)
+	}
+	for _, e := range rep.UnreadableEndpoints {
+		log.Warn("webhook endpoint's secret opens under neither key: rotate it", "endpoint", e)
+	}
+	if rep.UnreadableAnswers > 0 {
+		log.Warn("stored answers open under neither key; their replays are refused until the keys are purged", "count", rep.UnreadableAnswers)
+	}
+	switch {
+	case len(rep.UnreadableAccounts)+len(rep.UnreadableEndpoints)+rep.UnreadableAnswers > 0:
+		return errors.New("reseal: some secrets open under neither MASTER_KEY nor MASTER_KEY_PREVIOUS (see above)")
+	case !rep.Retirable():
+		fmt.Println("keep MASTER_KEY_PREVIOUS: each stale client secret is rehashed at its next token request (or rotate those credentials)")
+	default:
+		fmt.Println("MASTER_KEY_PREVIOUS can be removed")
+	}
 	return nil
 }
 

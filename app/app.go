@@ -128,6 +128,35 @@ const invalidationMargin = 200 * time.Millisecond
 // database's.
 const clockSync = 30 * time.Second
 
+// The secretbox labels of the secrets the app seals itself (the tenants
+// package derives its own).
+const (
+	labelAnswers         = "oncepay/idempotency/sealed-answer/v1"
+	labelEndpointSecrets = "oncepay/events/endpoint-secret/v1"
+)
+
+// sealer is the box for label under MASTER_KEY, opening what
+// MASTER_KEY_PREVIOUS sealed too.
+func sealer(cfg config.Config, label string) (*secretbox.Box, error) {
+	return secretbox.New(cfg.Secrets.MasterKey, label, cfg.Secrets.MasterKeyPrevious)
+}
+
+func tenantsConfig(cfg config.Config, log *slog.Logger, now func() time.Time) tenants.Config {
+	return tenants.Config{
+		MasterKey:      cfg.Secrets.MasterKey,
+		MasterPrevious: cfg.Secrets.MasterKeyPrevious,
+		AdminAPIKey:    cfg.Secrets.AdminAPIKey.Reveal(),
+		JWTSecret:      []byte(cfg.Secrets.JWTSecret.Reveal()),
+		JWTPrevious:    []byte(cfg.Secrets.JWTSecretPrevious.Reveal()),
+		Issuer:         tokenIssuer,
+		Audience:       tokenAudience,
+		TokenTTL:       cfg.Auth.TokenTTL,
+		StatusCacheTTL: InvalidationBound - invalidationMargin,
+		Logger:         log,
+		Now:            now,
+	}
+}
+
 func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	a := &App{cfg: cfg, log: log, db: db, Clock: dbclock.NewClock(cfg.Now)}
 	if !cfg.ClockSync {
@@ -177,27 +206,15 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		}
 	}
 
-	a.Tenants, err = tenants.NewService(db, reg, tenants.Config{
-		MasterKey:      cfg.Secrets.MasterKey,
-		AdminAPIKey:    cfg.Secrets.AdminAPIKey.Reveal(),
-		JWTSecret:      []byte(cfg.Secrets.JWTSecret.Reveal()),
-		JWTPrevious:    []byte(cfg.Secrets.JWTSecretPrevious.Reveal()),
-		Issuer:         tokenIssuer,
-		Audience:       tokenAudience,
-		TokenTTL:       cfg.Auth.TokenTTL,
-		StatusCacheTTL: InvalidationBound - invalidationMargin,
-		Logger:         log,
-		Now:            a.Clock.Now,
-	})
-	if err != nil {
+	if a.Tenants, err = tenants.NewService(db, reg, tenantsConfig(cfg, log, a.Clock.Now)); err != nil {
 		return nil, err
 	}
-	answers, err := secretbox.New(cfg.Secrets.MasterKey, "oncepay/idempotency/sealed-answer/v1")
+	answers, err := sealer(cfg, labelAnswers)
 	if err != nil {
 		return nil, err
 	}
 	a.Keys = idempotency.NewStore(db).SealWith(answers)
-	box, err := secretbox.New(cfg.Secrets.MasterKey, "oncepay/events/endpoint-secret/v1")
+	box, err := sealer(cfg, labelEndpointSecrets)
 	if err != nil {
 		return nil, err
 	}

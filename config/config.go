@@ -3,6 +3,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,6 +145,7 @@ type Secrets struct {
 	JWTSecret         Secret // JWT_SECRET, at least 32 bytes
 	JWTSecretPrevious Secret // JWT_SECRET_PREVIOUS: still verifies during a rotation
 	MasterKey         Key    // MASTER_KEY: 32 bytes, hex or base64; encrypts provider secrets
+	MasterKeyPrevious Key    // MASTER_KEY_PREVIOUS: still opens and verifies during a rotation
 	// Generated lists the secrets that development mode generated or reused
 	// from the data directory, so start-up can say so.
 	Generated []string
@@ -331,6 +334,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		JWTSecretPrevious: Secret(r.str("JWT_SECRET_PREVIOUS", "")),
 	}
 	masterRaw := r.str("MASTER_KEY", "")
+	previousRaw := r.str("MASTER_KEY_PREVIOUS", "")
 
 	switch c.Env {
 	case Development, Production:
@@ -426,6 +430,18 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 			r.fail("MASTER_KEY", "%v", err)
 		}
 		c.Secrets.MasterKey = key
+	}
+	if previousRaw != "" {
+		key, err := decodeKey(previousRaw)
+		switch {
+		case err != nil:
+			r.fail("MASTER_KEY_PREVIOUS", "%v", err)
+		case bytes.Equal(key, c.Secrets.MasterKey):
+			r.fail("MASTER_KEY_PREVIOUS", "is MASTER_KEY itself; set it to the key being rotated out")
+		case len(c.Secrets.Generated) > 0 && slices.Contains(c.Secrets.Generated, "MASTER_KEY"):
+			r.fail("MASTER_KEY_PREVIOUS", "needs MASTER_KEY set too: the new key, which seals from now on")
+		}
+		c.Secrets.MasterKeyPrevious = key
 	}
 	return c, r.err()
 }

@@ -1,8 +1,6 @@
 package tenants
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
@@ -14,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oncepay/gateway/app/secretbox"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -24,39 +23,35 @@ const (
 	labelSecretHash = "oncepay/tenants/client-secret-hash/v1"
 )
 
-// sealVersion prefixes every sealed blob so the format (or the key) can
-// change later without guessing what a stored row holds.
-const sealVersion byte = 1
-
 var errSealed = errors.New("tenants: sealed secrets do not open")
 
-// keyring holds the keys derived from MASTER_KEY.
+// keyring holds the keys derived from MASTER_KEY and, during a rotation,
+// from MASTER_KEY_PREVIOUS: the previous key's only still open and verify,
+// the current one seals and hashes.
 type keyring struct {
-	aead    cipher.AEAD
-	hashKey []byte
+	accounts *secretbox.Box
+	hashKeys [][]byte // the client-secret hash keys, the current one first
+	kids     [][]byte // hashKeys' ids, which tag the hashes they make
 }
 
-func newKeyring(master []byte) (*keyring, error) {
-	if len(master) != 32 {
-		return nil, fmt.Errorf("tenants: master key must be 32 bytes, got %d", len(master))
-	}
-	encKey, err := hkdf.Key(sha256.New, master, nil, labelAccounts, 32)
+func newKeyring(master, previous []byte) (*keyring, error) {
+	accounts, err := secretbox.New(master, labelAccounts, previous)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tenants: %w", err)
 	}
-	hashKey, err := hkdf.Key(sha256.New, master, nil, labelSecretHash, 32)
-	if err != nil {
-		return nil, err
+	k := &keyring{accounts: accounts}
+	for _, m := range [][]byte{master, previous} {
+		if len(m) == 0 {
+			continue
+		}
+		hk, err := hkdf.Key(sha256.New, m, nil, labelSecretHash, 32)
+		if err != nil {
+			return nil, err
+		}
+		kid := sha256.Sum256(append([]byte("oncepay/tenants/hash-kid/v1\x00"), hk...))
+		k.hashKeys, k.kids = append(k.hashKeys, hk), append(k.kids, kid[:hashKIDLen])
 	}
-	block, err := aes.NewCipher(encKey)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &keyring{aead: aead, hashKey: hashKey}, nil
+	return k, nil
 }
 
 // accountAAD binds a sealed blob to its row, so ciphertext copied to another
@@ -66,7 +61,7 @@ func accountAAD(tenantID, provider string) []byte {
 }
 
 // seal encrypts s for the (tenantID, provider) account:
-// version || nonce || AES-GCM(JSON(s)).
+// version || nonce || AES-GCM(JSON(s)) (app/secretbox).
 func (k *keyring) seal(tenantID, provider string, s providers.Secrets) ([]byte, error) {
 	if s == nil {
 		s = providers.Secrets{}
@@ -75,10 +70,7 @@ func (k *keyring) seal(tenantID, provider string, s providers.Secrets) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 1+k.aead.NonceSize(), 1+k.aead.NonceSize()+len(plain)+k.aead.Overhead())
-	out[0] = sealVersion
-	_, _ = rand.Read(out[1:])
-	out = k.aead.Seal(out, out[1:1+k.aead.NonceSize()], plain, accountAAD(tenantID, provider))
+	out := k.accounts.Seal(accountAAD(tenantID, provider), plain)
 	clear(plain)
 	return out, nil
 }
@@ -86,11 +78,7 @@ func (k *keyring) seal(tenantID, provider string, s providers.Secrets) ([]byte, 
 // open reverses seal. Any tampering, a wrong key or a row moved to another
 // account yields errSealed.
 func (k *keyring) open(tenantID, provider string, blob []byte) (providers.Secrets, error) {
-	ns := k.aead.NonceSize()
-	if len(blob) < 1+ns+k.aead.Overhead() || blob[0] != sealVersion {
-		return nil, errSealed
-	}
-	plain, err := k.aead.Open(nil, blob[1:1+ns], blob[1+ns:], accountAAD(tenantID, provider))
+	plain, err := k.accounts.Open(accountAAD(tenantID, provider), blob)
 	if err != nil {
 		return nil, errSealed
 	}
@@ -103,17 +91,54 @@ func (k *keyring) open(tenantID, provider string, blob []byte) (providers.Secret
 	return providers.Secrets(m), nil
 }
 
+// A client secret's stored hash is hashVersion || the hash key's id ||
+// HMAC-SHA256(hash key, secret). The id says which MASTER_KEY made it, so
+// a rotation can count the credentials still hashed under the previous
+// one. Hashes made before ids were (32 bytes, the bare HMAC) name no key:
+// every key is tried, and they count as stale.
+const (
+	hashVersion byte = 2
+	hashKIDLen       = 8
+)
+
 // hashSecret is the stored form of a client secret. Secrets are 32 random
 // bytes, so a keyed hash (no slow KDF) is enough: there is nothing to guess.
 func (k *keyring) hashSecret(secret string) []byte {
-	m := hmac.New(sha256.New, k.hashKey)
-	m.Write([]byte(secret))
-	return m.Sum(nil)
+	out := append([]byte{hashVersion}, k.kids[0]...)
+	return append(out, mac(k.hashKeys[0], secret)...)
 }
 
-// secretMatches compares in constant time.
-func (k *keyring) secretMatches(secret string, hash []byte) bool {
-	return hmac.Equal(k.hashSecret(secret), hash)
+// secretMatches compares in constant time, and reports whether the stored
+// hash is stale: made under the previous key, or before hashes named
+// theirs, so it should be stored again as hashSecret makes it. It computes
+// the HMAC under every key whatever the stored hash, so a refusal takes
+// the same time for every kind of hash.
+func (k *keyring) secretMatches(secret string, stored []byte) (ok, stale bool) {
+	for i, hk := range k.hashKeys {
+		m := mac(hk, secret)
+		switch {
+		case len(stored) == 1+hashKIDLen+len(m) && stored[0] == hashVersion && hmac.Equal(stored[1:1+hashKIDLen], k.kids[i]):
+			if hmac.Equal(stored[1+hashKIDLen:], m) {
+				ok, stale = true, i > 0
+			}
+		case len(stored) == len(m):
+			if hmac.Equal(stored, m) {
+				ok, stale = true, true
+			}
+		}
+	}
+	return ok, stale
+}
+
+// current reports whether a stored hash names the current key.
+func (k *keyring) current(stored []byte) bool {
+	return len(stored) > 1+hashKIDLen && stored[0] == hashVersion && hmac.Equal(stored[1:1+hashKIDLen], k.kids[0])
+}
+
+func mac(key []byte, secret string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(secret))
+	return m.Sum(nil)
 }
 
 // equalConstantTime compares two strings without leaking where (or, since

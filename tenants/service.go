@@ -23,6 +23,7 @@ import (
 // Config is what the service needs from the gateway's configuration.
 type Config struct {
 	MasterKey      []byte        // 32 bytes: seals provider secrets, keys the client-secret hash
+	MasterPrevious []byte        // optional: the master key being rotated out, still opens and verifies
 	AdminAPIKey    string        // at least 16 bytes
 	JWTSecret      []byte        // at least 32 bytes
 	JWTPrevious    []byte        // optional: the key before the last rotation, still verifies
@@ -39,7 +40,7 @@ type Config struct {
 
 // String redacts every key.
 func (c Config) String() string {
-	return fmt.Sprintf("tenants.Config{Issuer:%q Audience:%q TokenTTL:%s StatusCacheTTL:%s MasterKey:[redacted] AdminAPIKey:[redacted] JWTSecret:[redacted] JWTPrevious:[redacted]}",
+	return fmt.Sprintf("tenants.Config{Issuer:%q Audience:%q TokenTTL:%s StatusCacheTTL:%s MasterKey:[redacted] MasterPrevious:[redacted] AdminAPIKey:[redacted] JWTSecret:[redacted] JWTPrevious:[redacted]}",
 		c.Issuer, c.Audience, c.TokenTTL, c.StatusCacheTTL)
 }
 
@@ -101,7 +102,7 @@ func NewService(db *gorm.DB, reg *providers.Registry, cfg Config) (*Service, err
 	case cfg.StatusCacheTTL < 0 || cfg.StatusCacheTTL > MaxStatusCacheTTL:
 		return nil, fmt.Errorf("tenants: status cache TTL must be between 0 and %s", MaxStatusCacheTTL)
 	}
-	keys, err := newKeyring(cfg.MasterKey)
+	keys, err := newKeyring(cfg.MasterKey, cfg.MasterPrevious)
 	if err != nil {
 		return nil, err
 	}
@@ -418,9 +419,13 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 	if err != nil {
 		return Token{}, fmt.Errorf("tenants: issue token: %w", err)
 	}
-	if !s.keys.secretMatches(clientSecret, cred.SecretHash) {
+	ok, stale := s.keys.secretMatches(clientSecret, cred.SecretHash)
+	if !ok {
 		s.log.InfoContext(ctx, "token refused", "reason", "wrong secret", "client_id", cred.ClientID)
 		return Token{}, ErrInvalidClient
+	}
+	if stale && cred.RevokedAt == nil {
+		s.rehash(ctx, cred, clientSecret)
 	}
 	if cred.RevokedAt != nil {
 		s.log.InfoContext(ctx, "token refused", "reason", "revoked credential", "client_id", cred.ClientID)
@@ -440,6 +445,24 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 	}
 	s.log.InfoContext(ctx, "token issued", "merchant_id", row.ID, "client_id", cred.ClientID, "expires_at", exp)
 	return Token{AccessToken: raw, TokenType: "Bearer", ExpiresIn: s.cfg.TokenTTL, ExpiresAt: exp}, nil
+}
+
+// rehash stores a client secret's hash again under the current master
+// key, so that after a rotation the previous key can be retired without
+// asking every merchant for new credentials. It replaces only the hash it
+// verified: a credential rotated meanwhile keeps its new one. A failure
+// costs nothing but a retry at the next token request, so it is logged
+// and the token still issued.
+func (s *Service) rehash(ctx context.Context, cred credentialRow, secret string) {
+	n, err := replaceSecretHash(s.db.WithContext(ctx), cred.ClientID, cred.SecretHash, s.keys.hashSecret(secret))
+	if err != nil {
+		s.log.WarnContext(ctx, "client secret not rehashed under the current MASTER_KEY; tried again at its next token request",
+			"client_id", cred.ClientID, "err", err)
+		return
+	}
+	if n == 1 {
+		s.log.InfoContext(ctx, "client secret rehashed under the current MASTER_KEY", "client_id", cred.ClientID)
+	}
 }
 
 // Authenticate verifies an access token and returns its tenant. Errors:

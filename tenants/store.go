@@ -149,6 +149,13 @@ func getCredential(db *gorm.DB, clientID string) (credentialRow, error) {
 	return r, notFound(err, errCredentialNotFound)
 }
 
+// replaceSecretHash swaps a credential's hash, if it still is old.
+func replaceSecretHash(db *gorm.DB, clientID string, old, hash []byte) (int64, error) {
+	res := db.Model(&credentialRow{}).Where("client_id = ? AND secret_hash = ? AND revoked_at IS NULL", clientID, old).
+		UpdateColumn("secret_hash", hash)
+	return res.RowsAffected, res.Error
+}
+
 // revokeCredentials revokes every live credential of the tenant.
 func revokeCredentials(db *gorm.DB, tenantID string, at time.Time) (int64, error) {
 	res := db.Model(&credentialRow{}).Where("tenant_id = ? AND revoked_at IS NULL", tenantID).

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -131,7 +132,7 @@ func TestStoreOnBothEngines(t *testing.T) {
 
 func TestSealing(t *testing.T) {
 	t.Parallel()
-	k, err := newKeyring(testMasterKey)
+	k, err := newKeyring(testMasterKey, nil)
 	require.NoError(t, err)
 	blob, err := k.seal("ten_a", "paystack", providers.Secrets{"secret_key": "sk_x"})
 	require.NoError(t, err)
@@ -163,15 +164,90 @@ func TestSealing(t *testing.T) {
 		require.ErrorIs(t, err, errSealed)
 	})
 	t.Run("OtherMasterKeyFails", func(t *testing.T) {
-		k2, err := newKeyring(bytes.Repeat([]byte{7}, 32))
+		k2, err := newKeyring(bytes.Repeat([]byte{7}, 32), nil)
 		require.NoError(t, err)
 		_, err = k2.open("ten_a", "paystack", blob)
 		require.ErrorIs(t, err, errSealed)
 	})
 	t.Run("MasterKeyMustBe32Bytes", func(t *testing.T) {
-		_, err := newKeyring(make([]byte, 16))
+		_, err := newKeyring(make([]byte, 16), nil)
+		require.Error(t, err)
+		_, err = newKeyring(testMasterKey, make([]byte, 16))
 		require.Error(t, err)
 	})
+}
+
+// TestKeyRotation is MASTER_KEY's rotation as the keyring sees it: what
+// the old key sealed or hashed (including rows written before rotation
+// existed) still opens and verifies with it as the previous key, and
+// everything new uses only the current key.
+func TestKeyRotation(t *testing.T) {
+	t.Parallel()
+	newKey := bytes.Repeat([]byte{7}, 32)
+	before, err := newKeyring(testMasterKey, nil)
+	require.NoError(t, err)
+	during, err := newKeyring(newKey, testMasterKey)
+	require.NoError(t, err)
+	after, err := newKeyring(newKey, nil)
+	require.NoError(t, err)
+
+	// Written by the code before this keyring (d68bd11) under testMasterKey,
+	// with a fixed nonce: the stored format did not change.
+	legacyBlob, _ := hex.DecodeString("0166697865642d6e6f6e636521c05c48fc4d8e77d69b3d38d5b240027768f9413533328371d75003794a6889cd6116dc4adf")
+	legacyHash, _ := hex.DecodeString("2f7024f96f871423499f8933c28546270fd68c97acd9b6000480171260e6878f") // of "sk_legacy"
+
+	t.Run("SealedSecrets", func(t *testing.T) {
+		for name, k := range map[string]*keyring{"before": before, "during": during} {
+			s, err := k.open("ten_a", "paystack", legacyBlob)
+			require.NoError(t, err, name)
+			require.Equal(t, "sk_x", s["secret_key"], name)
+		}
+		_, err := after.open("ten_a", "paystack", legacyBlob)
+		require.ErrorIs(t, err, errSealed)
+		fresh, err := during.seal("ten_a", "paystack", providers.Secrets{"secret_key": "sk_y"})
+		require.NoError(t, err)
+		s, err := after.open("ten_a", "paystack", fresh)
+		require.NoError(t, err)
+		require.Equal(t, "sk_y", s["secret_key"])
+		_, err = before.open("ten_a", "paystack", fresh)
+		require.ErrorIs(t, err, errSealed, "sealed under the current key only")
+	})
+
+	oldTagged := before.hashSecret("sk_old")
+	newTagged := during.hashSecret("sk_new")
+	cases := []struct {
+		name      string
+		k         *keyring
+		secret    string
+		stored    []byte
+		ok, stale bool
+	}{
+		{"legacy hash, same key", before, "sk_legacy", legacyHash, true, true},
+		{"legacy hash, previous key", during, "sk_legacy", legacyHash, true, true},
+		{"legacy hash, key retired", after, "sk_legacy", legacyHash, false, false},
+		{"legacy hash, wrong secret", during, "sk_other", legacyHash, false, false},
+		{"tagged, current key", before, "sk_old", oldTagged, true, false},
+		{"tagged, previous key", during, "sk_old", oldTagged, true, true},
+		{"tagged, key retired", after, "sk_old", oldTagged, false, false},
+		{"tagged, wrong secret", during, "sk_other", oldTagged, false, false},
+		{"new hash, current key", during, "sk_new", newTagged, true, false},
+		{"new hash, after", after, "sk_new", newTagged, true, false},
+		{"new hash, old key alone", before, "sk_new", newTagged, false, false},
+		{"empty", during, "sk_new", nil, false, false},
+		{"kid of another key", during, "sk_new", append(append([]byte{hashVersion}, make([]byte, hashKIDLen)...), newTagged[1+hashKIDLen:]...), false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ok, stale := c.k.secretMatches(c.secret, c.stored)
+			require.Equal(t, c.ok, ok, "ok")
+			if ok {
+				require.Equal(t, c.stale, stale, "stale")
+			}
+		})
+	}
+	require.True(t, during.current(newTagged))
+	require.False(t, during.current(oldTagged))
+	require.False(t, during.current(legacyHash))
 }
 
 func TestNewServiceValidatesConfig(t *testing.T) {

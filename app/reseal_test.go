@@ -1,0 +1,138 @@
+package app_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/events"
+)
+
+// TestRotateMasterKey is the rotation README's "Rotating MASTER_KEY"
+// describes, run with the built binary on both engines: start with key A;
+// restart with MASTER_KEY=B and MASTER_KEY_PREVIOUS=A; run `gateway
+// reseal`; restart with B alone. Throughout, a stored answer that shows a
+// secret replays byte for byte, the merchant's client secret still gets a
+// token, and webhooks are signed with the endpoint's secret the merchant
+// was shown. With the previous key retired before the reseal, they would
+// not be.
+func TestRotateMasterKey(t *testing.T) {
+	t.Parallel()
+	bin := apptest.Binary(t)
+	keyA := "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+	keyB := strings.Repeat("b7", 32)
+	for _, engine := range []string{"postgres", "sqlite"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dbURL := ""
+			if engine == "postgres" {
+				dbURL = dbtest.PostgresURL(t)
+			}
+			env := apptest.BaseEnv(dbURL, t.TempDir())
+			env["MASTER_KEY"] = keyA
+			p := apptest.StartProcess(t, bin, env)
+
+			var mu sync.Mutex
+			var got []*http.Request
+			var bodies [][]byte
+			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				got, bodies = append(got, r), append(bodies, b)
+				mu.Unlock()
+			}))
+			t.Cleanup(receiver.Close)
+
+			m := p.Onboard(map[string]any{"providers": map[string]any{"paystack": map[string]any{"secret_key": "sk_test_rotation"}}})
+			createHook := func() apptest.Response {
+				return p.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`"}`),
+					"Authorization", "Bearer "+m.Token, "Idempotency-Key", "rotation-hook", "Content-Type", "application/json")
+			}
+			hook := createHook()
+			require.Equal(t, http.StatusCreated, hook.StatusCode, string(hook.Body))
+			secret := hook.JSON(t)["secret"].(string)
+			require.NotEmpty(t, secret)
+
+			// signed waits for the delivery of the payment made with key
+			// and checks it is signed with the secret the merchant holds.
+			signed := func(key string) {
+				t.Helper()
+				r := p.Pay(m, key, map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+				require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+				id := r.JSON(t)["id"].(string)
+				require.Eventually(t, func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for i, req := range got {
+						if !strings.Contains(string(bodies[i]), id) {
+							continue
+						}
+						ts, _ := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64)
+						want, err := events.Sign(secret, req.Header.Get("webhook-id"), ts, bodies[i])
+						require.NoError(t, err)
+						require.Contains(t, strings.Fields(req.Header.Get("webhook-signature")), want)
+						return true
+					}
+					return false
+				}, 30*time.Second, 50*time.Millisecond, "no signed delivery of %s", id)
+			}
+			// still checks what a merchant relies on under the keys the
+			// gateway runs with now.
+			still := func(payKey string) {
+				t.Helper()
+				again := createHook()
+				require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
+				require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+				require.Equal(t, hook.Body, again.Body, "the sealed answer replays byte for byte")
+				m.Token = p.Token(m.ClientID, m.ClientSecret)
+				signed(payKey)
+			}
+			signed("rotation-pay-a")
+
+			// Stopped gracefully, as a deploy does: a killed instance's
+			// River leadership (which relays events) lapses only after its
+			// lease, which would only slow the test down.
+			p.Stop()
+			p.Restart(map[string]string{"MASTER_KEY": keyB, "MASTER_KEY_PREVIOUS": keyA})
+			still("rotation-pay-during")
+
+			reseal := func() string {
+				t.Helper()
+				cmd := exec.Command(bin, "reseal")
+				cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+				for k, v := range p.Env {
+					cmd.Env = append(cmd.Env, k+"="+v)
+				}
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, string(out))
+				return string(out)
+			}
+			out := reseal()
+			require.Contains(t, out, "provider_accounts=1 webhook_endpoints=1")
+			require.Contains(t, out, "stale_client_secret_hashes=0", "the token request during the rotation rehashed it")
+			require.Contains(t, out, "MASTER_KEY_PREVIOUS can be removed")
+			require.NotContains(t, out, "sk_test_rotation")
+			require.NotContains(t, out, secret)
+			out = reseal()
+			require.Contains(t, out, "provider_accounts=0 webhook_endpoints=0 stored_answers=0", "a second pass has nothing to move")
+
+			p.Stop()
+			p.Restart(map[string]string{"MASTER_KEY": keyB, "MASTER_KEY_PREVIOUS": ""})
+			still("rotation-pay-after")
+			out = reseal()
+			require.Contains(t, out, "provider_accounts=0 webhook_endpoints=0 stored_answers=0", "everything opens under B alone")
+			require.NotContains(t, p.Output(), "level=ERROR")
+		})
+	}
+}
