@@ -167,7 +167,7 @@ func reseal() error {
 	// The report is the command's answer: printed whatever LOG_LEVEL is.
 	fmt.Printf("resealed under MASTER_KEY: provider_accounts=%d webhook_endpoints=%d stored_answers=%d\n",
 		rep.Accounts, rep.Endpoints, rep.Answers)
-	fmt.Printf("client secrets still hashed under an older key: stale_client_secret_hashes=%d\n", rep.StaleHashes)
+	fmt.Printf("client secrets not known to be hashed under MASTER_KEY: stale_client_secret_hashes=%d\n", rep.StaleHashes)
 	for _, a := range rep.UnreadableAccounts {
 		log.Warn("provider account's secrets open under neither key: set them again", "account", a)
 	}
@@ -180,6 +180,8 @@ func reseal() error {
 	switch {
 	case len(rep.UnreadableAccounts)+len(rep.UnreadableEndpoints)+rep.UnreadableAnswers > 0:
 		return errors.New("reseal: some secrets open under neither MASTER_KEY nor MASTER_KEY_PREVIOUS (see above)")
+	case len(cfg.Secrets.MasterKeyPrevious) == 0:
+		// A check only: there is no previous key to keep or remove.
 	case !rep.Retirable():
 		fmt.Println("keep MASTER_KEY_PREVIOUS: each stale client secret is rehashed at its next token request (or rotate those credentials)")
 	default:

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -99,6 +100,33 @@ func TestRotateMasterKey(t *testing.T) {
 				signed(payKey)
 			}
 			signed("rotation-pay-a")
+
+			if engine == "postgres" {
+				// README's step 1, then step 2 as a rolling deploy: for a
+				// while one instance already seals under B while another
+				// still runs with A, and each reads what the other wrote.
+				p.Stop()
+				p.Restart(map[string]string{"MASTER_KEY": keyA, "MASTER_KEY_PREVIOUS": keyB})
+				still("rotation-pay-step1")
+				env2 := maps.Clone(p.Env)
+				env2["MASTER_KEY"], env2["MASTER_KEY_PREVIOUS"] = keyB, keyA
+				delete(env2, "GATEWAY_ADDR")
+				p2 := apptest.StartProcess(t, bin, env2)
+				auth := func(m apptest.Merchant) []string {
+					return []string{"Authorization", "Bearer " + m.Token, "Content-Type", "application/json"}
+				}
+				m2 := p2.Onboard(nil) // its client secret hashed, its answer sealed, under B
+				hook2 := p2.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`/2"}`),
+					append(auth(m2), "Idempotency-Key", "rotation-hook-2")...)
+				require.Equal(t, http.StatusCreated, hook2.StatusCode, string(hook2.Body))
+				m2.Token = p.Token(m2.ClientID, m2.ClientSecret) // on the instance still sealing under A
+				again := p.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`/2"}`),
+					append(auth(m2), "Idempotency-Key", "rotation-hook-2")...)
+				require.Equal(t, hook2.Body, again.Body, "an answer sealed under B replays where A seals")
+				m2.Token = p2.Token(m2.ClientID, m2.ClientSecret)
+				p2.Stop()
+				require.NotContains(t, p2.Output(), "level=ERROR")
+			}
 
 			// Stopped gracefully, as a deploy does: a killed instance's
 			// River leadership (which relays events) lapses only after its

@@ -61,6 +61,10 @@ func (k Key) GoString() string { return k.String() }
 // Format redacts the value from every fmt verb.
 func (k Key) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
 
+// MarshalText redacts the value from encoders (slog, JSON), which would
+// otherwise print a []byte as base64.
+func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // Config is everything the gateway reads from its environment.
 type Config struct {
 	Env     string // GATEWAY_ENV

@@ -1,7 +1,12 @@
 package config_test
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,7 +148,16 @@ func TestSecretsNeverPrint(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, c.Secrets.MasterKeyPrevious, 32)
 	require.Equal(t, "redis://:hunter2redis@cache:6379/0", c.Limits.RedisURL.Reveal())
-	out := fmt.Sprintf("%v %+v %#v", c, c, c)
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("config", "config", c, "secrets", c.Secrets)
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "config", c, "secrets", c.Secrets)
+	asJSON, err := json.Marshal(c)
+	require.NoError(t, err)
+	out := fmt.Sprintf("%v %+v %#v", c, c, c) + logged.String() + string(asJSON)
+	for _, k := range []config.Key{c.Secrets.MasterKey, c.Secrets.MasterKeyPrevious} {
+		require.NotContains(t, out, base64.StdEncoding.EncodeToString(k))
+		require.NotContains(t, out, hex.EncodeToString(k))
+	}
 	require.NotContains(t, out, fmt.Sprint([]byte(c.Secrets.MasterKey)))
 	require.NotContains(t, out, fmt.Sprint([]byte(c.Secrets.MasterKeyPrevious)))
 	require.NotContains(t, out, strings.Repeat("ab", 32))

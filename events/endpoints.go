@@ -258,8 +258,7 @@ func (s *Service) RotateSecret(ctx context.Context, keys *idempotency.Store, cla
 		until := now.Add(rotationOverlap)
 		secret := NewSecret()
 		sealed := s.cfg.Box.Seal(secretAAD(merchantID, id), []byte(secret))
-		if err := s.store.updateEndpoint(ctx, tx, merchantID, id, map[string]any{
-			"secret": sealed, "old_secret": ep.Secret, "old_secret_until": until, "updated_at": now}); err != nil {
+		if err := s.store.rotateSecret(ctx, tx, merchantID, id, sealed, until, now); err != nil {
 			return idempotency.Response{}, err
 		}
 		ep.Secret, ep.UpdatedAt = sealed, now

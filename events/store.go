@@ -159,6 +159,16 @@ func (s *Store) updateEndpoint(ctx context.Context, tx *gorm.DB, merchantID, id 
 	return interpret("update endpoint", res.Error)
 }
 
+// rotateSecret makes sealed the endpoint's secret and its secret until
+// now the old one, which signs beside it until until. The old one is the
+// row's secret as the UPDATE finds it, not as the caller read it: a
+// rotation or a re-seal (gateway reseal) committed in between is kept, not
+// overwritten with what it replaced.
+func (s *Store) rotateSecret(ctx context.Context, tx *gorm.DB, merchantID, id string, sealed []byte, until, now time.Time) error {
+	return s.updateEndpoint(ctx, tx, merchantID, id, map[string]any{
+		"secret": sealed, "old_secret": gorm.Expr("secret"), "old_secret_until": until, "updated_at": now})
+}
+
 // endStreak ends an endpoint's failing streak (a delivery succeeded).
 func (s *Store) endStreak(ctx context.Context, merchantID, id string) error {
 	return interpret("end streak", s.db.WithContext(ctx).Exec(`UPDATE webhook_endpoints SET failing_since = NULL

@@ -31,7 +31,7 @@ var errSealed = errors.New("tenants: sealed secrets do not open")
 type keyring struct {
 	accounts *secretbox.Box
 	hashKeys [][]byte // the client-secret hash keys, the current one first
-	kids     [][]byte // hashKeys' ids, which tag the hashes they make
+	kids     []string // hashKeys' ids, recorded beside the hashes they make
 }
 
 func newKeyring(master, previous []byte) (*keyring, error) {
@@ -48,8 +48,8 @@ func newKeyring(master, previous []byte) (*keyring, error) {
 		if err != nil {
 			return nil, err
 		}
-		kid := sha256.Sum256(append([]byte("oncepay/tenants/hash-kid/v1\x00"), hk...))
-		k.hashKeys, k.kids = append(k.hashKeys, hk), append(k.kids, kid[:hashKIDLen])
+		kid := sha256.Sum256(append([]byte("oncepay/tenants/hash-key-id/v1\x00"), hk...))
+		k.hashKeys, k.kids = append(k.hashKeys, hk), append(k.kids, hex.EncodeToString(kid[:8]))
 	}
 	return k, nil
 }
@@ -91,49 +91,29 @@ func (k *keyring) open(tenantID, provider string, blob []byte) (providers.Secret
 	return providers.Secrets(m), nil
 }
 
-// A client secret's stored hash is hashVersion || the hash key's id ||
-// HMAC-SHA256(hash key, secret). The id says which MASTER_KEY made it, so
-// a rotation can count the credentials still hashed under the previous
-// one. Hashes made before ids were (32 bytes, the bare HMAC) name no key:
-// every key is tried, and they count as stale.
-const (
-	hashVersion byte = 2
-	hashKIDLen       = 8
-)
-
-// hashSecret is the stored form of a client secret. Secrets are 32 random
-// bytes, so a keyed hash (no slow KDF) is enough: there is nothing to guess.
-func (k *keyring) hashSecret(secret string) []byte {
-	out := append([]byte{hashVersion}, k.kids[0]...)
-	return append(out, mac(k.hashKeys[0], secret)...)
+// hashSecret is the stored form of a client secret, and the id of the key
+// that made it (stored beside it: the hash itself stays the bare HMAC that
+// every version reads, so instances of an older version, during a deploy
+// or after a rollback, still verify it). Secrets are 32 random bytes, so a
+// keyed hash (no slow KDF) is enough: there is nothing to guess.
+func (k *keyring) hashSecret(secret string) (hash []byte, keyID string) {
+	return mac(k.hashKeys[0], secret), k.kids[0]
 }
 
-// secretMatches compares in constant time, and reports whether the stored
-// hash is stale: made under the previous key, or before hashes named
-// theirs, so it should be stored again as hashSecret makes it. It computes
-// the HMAC under every key whatever the stored hash, so a refusal takes
-// the same time for every kind of hash.
-func (k *keyring) secretMatches(secret string, stored []byte) (ok, stale bool) {
+// secretMatches compares in constant time and returns the id of the key
+// the secret matched under. It computes the HMAC under every key whatever
+// the stored hash, so a refusal takes the same time for every hash.
+func (k *keyring) secretMatches(secret string, stored []byte) (ok bool, keyID string) {
 	for i, hk := range k.hashKeys {
-		m := mac(hk, secret)
-		switch {
-		case len(stored) == 1+hashKIDLen+len(m) && stored[0] == hashVersion && hmac.Equal(stored[1:1+hashKIDLen], k.kids[i]):
-			if hmac.Equal(stored[1+hashKIDLen:], m) {
-				ok, stale = true, i > 0
-			}
-		case len(stored) == len(m):
-			if hmac.Equal(stored, m) {
-				ok, stale = true, true
-			}
+		if hmac.Equal(stored, mac(hk, secret)) && !ok {
+			ok, keyID = true, k.kids[i]
 		}
 	}
-	return ok, stale
+	return ok, keyID
 }
 
-// current reports whether a stored hash names the current key.
-func (k *keyring) current(stored []byte) bool {
-	return len(stored) > 1+hashKIDLen && stored[0] == hashVersion && hmac.Equal(stored[1:1+hashKIDLen], k.kids[0])
-}
+// currentKey is the id of the key hashSecret uses.
+func (k *keyring) currentKey() string { return k.kids[0] }
 
 func mac(key []byte, secret string) []byte {
 	m := hmac.New(sha256.New, key)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"gorm.io/gorm"
+
 	"github.com/oncepay/gateway/app/secretbox"
 )
 
@@ -18,10 +20,12 @@ type ResealReport struct {
 	// under neither key: they were left as they are, and their payments
 	// fail until the merchant's secrets are set again.
 	Unreadable []string
-	// StaleHashes is how many live client credentials are still hashed
-	// under the previous key (or before hashes named their key). Each is
-	// hashed again at its client's next token request; until then the
-	// previous key must stay, or those merchants need new credentials.
+	// StaleHashes is how many live client credentials are not known to be
+	// hashed under the current key: made under the previous one, or before
+	// the key's id was recorded (migration 16). Each is hashed again, or
+	// its key recorded, at its client's next token request; until then a
+	// rotation must keep the previous key, or those merchants need new
+	// credentials.
 	StaleHashes int
 }
 
@@ -45,20 +49,14 @@ func (s *Service) Reseal(ctx context.Context) (ResealReport, error) {
 			return rep, fmt.Errorf("tenants: reseal: %w", err)
 		}
 		for _, r := range rows {
-			blob, changed, err := s.keys.accounts.Reseal(accountAAD(r.TenantID, r.Provider), r.Secrets)
-			if errors.Is(err, secretbox.ErrOpen) {
+			done, ok, err := s.resealAccount(db, r)
+			if err != nil {
+				return rep, err
+			}
+			if !ok {
 				rep.Unreadable = append(rep.Unreadable, r.TenantID+"/"+r.Provider)
-				continue
 			}
-			if err != nil || !changed {
-				continue
-			}
-			res := db.Model(&accountRow{}).Where("tenant_id = ? AND provider = ? AND secrets = ?", r.TenantID, r.Provider, r.Secrets).
-				UpdateColumn("secrets", blob)
-			if res.Error != nil {
-				return rep, fmt.Errorf("tenants: reseal %s/%s: %w", r.TenantID, r.Provider, res.Error)
-			}
-			rep.Accounts += int(res.RowsAffected)
+			rep.Accounts += done
 		}
 		if len(rows) < resealBatch {
 			break
@@ -68,12 +66,12 @@ func (s *Service) Reseal(ctx context.Context) (ResealReport, error) {
 	var last string
 	for {
 		var rows []credentialRow
-		if err := db.Select("client_id", "secret_hash").Where("client_id > ? AND revoked_at IS NULL", last).
+		if err := db.Select("client_id", "hash_key").Where("client_id > ? AND revoked_at IS NULL", last).
 			Order("client_id").Limit(resealBatch).Find(&rows).Error; err != nil {
 			return rep, fmt.Errorf("tenants: reseal: %w", err)
 		}
 		for _, r := range rows {
-			if !s.keys.current(r.SecretHash) {
+			if r.HashKey != s.keys.currentKey() {
 				rep.StaleHashes++
 			}
 		}
@@ -84,3 +82,37 @@ func (s *Service) Reseal(ctx context.Context) (ResealReport, error) {
 	}
 	return rep, nil
 }
+
+// resealAccount reseals one provider account's secrets: 1 if it rewrote
+// the row, ok false if they open under neither key. A row changed between
+// the read and the write (the merchant's secrets set again, possibly by an
+// instance not yet given the new key) is read again.
+func (s *Service) resealAccount(db *gorm.DB, r accountRow) (done int, ok bool, err error) {
+	for range resealTries {
+		blob, changed, err := s.keys.accounts.Reseal(accountAAD(r.TenantID, r.Provider), r.Secrets)
+		if errors.Is(err, secretbox.ErrOpen) {
+			return 0, false, nil
+		}
+		if !changed {
+			return 0, true, nil
+		}
+		res := db.Model(&accountRow{}).Where("tenant_id = ? AND provider = ? AND secrets = ?", r.TenantID, r.Provider, r.Secrets).
+			UpdateColumn("secrets", blob)
+		if res.Error != nil {
+			return 0, true, fmt.Errorf("tenants: reseal %s/%s: %w", r.TenantID, r.Provider, res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return 1, true, nil
+		}
+		if r, err = getAccount(db, r.TenantID, r.Provider); errors.Is(err, errAccountNotFound) {
+			return 0, true, nil // deleted meanwhile
+		} else if err != nil {
+			return 0, true, fmt.Errorf("tenants: reseal %s/%s: %w", r.TenantID, r.Provider, err)
+		}
+	}
+	return 0, true, fmt.Errorf("tenants: reseal %s/%s: changed by others %d times in a row; run reseal again", r.TenantID, r.Provider, resealTries)
+}
+
+// resealTries is how often a re-seal reads a row again that changed
+// between its read and its write before it gives up.
+const resealTries = 5

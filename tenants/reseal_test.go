@@ -41,6 +41,21 @@ func TestRotateMasterKey(t *testing.T) {
 		_, err = before.RotateCredentials(ctx, revoked.ID) // its first credential is revoked, its second live
 		require.NoError(t, err)
 
+		// A credential from before key ids were recorded: its key is
+		// recorded at its next token, and its hash (the bare HMAC older
+		// versions verify) is left as it is.
+		require.NoError(t, db.Model(&credentialRow{}).Where("client_id = ?", credsA.ClientID).UpdateColumn("hash_key", "").Error)
+		require.Equal(t, 1, mustReseal(t, before).StaleHashes, "A's unknown key counts, B's and R's do not")
+		legacy, err := getCredential(db, credsA.ClientID)
+		require.NoError(t, err)
+		_, err = before.IssueToken(ctx, credsA.ClientID, credsA.ClientSecret)
+		require.NoError(t, err)
+		recorded, err := getCredential(db, credsA.ClientID)
+		require.NoError(t, err)
+		require.Equal(t, before.keys.currentKey(), recorded.HashKey)
+		require.Equal(t, legacy.SecretHash, recorded.SecretHash)
+		require.Equal(t, 0, mustReseal(t, before).StaleHashes)
+
 		retired, _ := service(newKey, nil)
 		_, err = retired.Provider(ctx, a.ID, "paystack")
 		require.Error(t, err, "the new key alone cannot open what the old one sealed")
@@ -55,7 +70,10 @@ func TestRotateMasterKey(t *testing.T) {
 		require.Contains(t, logs.String(), "client secret rehashed under the current MASTER_KEY")
 		row, err := getCredential(db, credsA.ClientID)
 		require.NoError(t, err)
-		require.True(t, during.keys.current(row.SecretHash))
+		require.Equal(t, during.keys.currentKey(), row.HashKey)
+		ok, key := during.keys.secretMatches(credsA.ClientSecret, row.SecretHash)
+		require.True(t, ok)
+		require.Equal(t, during.keys.currentKey(), key, "rehashed under the new key")
 		_, err = during.IssueToken(ctx, credsA.ClientID, "sk_wrong")
 		require.ErrorIs(t, err, ErrInvalidClient)
 

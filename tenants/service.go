@@ -121,7 +121,7 @@ func NewService(db *gorm.DB, reg *providers.Registry, cfg Config) (*Service, err
 		accounts:  newTTLCache[providers.Provider](cfg.StatusCacheTTL, now),
 		log:       log,
 		now:       now,
-		dummyHash: keys.hashSecret(newClientSecret()),
+		dummyHash: mac(keys.hashKeys[0], newClientSecret()),
 	}, nil
 }
 
@@ -160,8 +160,9 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 		if err := s.writeAccounts(tx, row.ID, p.Providers, at); err != nil {
 			return err
 		}
+		hash, keyID := s.keys.hashSecret(creds.ClientSecret)
 		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: row.ID,
-			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at}); err != nil {
+			SecretHash: hash, HashKey: keyID, CreatedAt: at}); err != nil {
 			return err
 		}
 		after := auditView(s.toTenant(row, sortedKeys(p.Providers)))
@@ -387,8 +388,9 @@ func (s *Service) RotateCredentials(ctx context.Context, tenantID string) (Crede
 			return err
 		}
 		revoked = n
+		hash, keyID := s.keys.hashSecret(creds.ClientSecret)
 		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: tenantID,
-			SecretHash: s.keys.hashSecret(creds.ClientSecret), CreatedAt: at}); err != nil {
+			SecretHash: hash, HashKey: keyID, CreatedAt: at}); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Change{Action: audit.CredentialsRotated, TargetType: "tenant",
@@ -419,12 +421,12 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 	if err != nil {
 		return Token{}, fmt.Errorf("tenants: issue token: %w", err)
 	}
-	ok, stale := s.keys.secretMatches(clientSecret, cred.SecretHash)
+	ok, keyID := s.keys.secretMatches(clientSecret, cred.SecretHash)
 	if !ok {
 		s.log.InfoContext(ctx, "token refused", "reason", "wrong secret", "client_id", cred.ClientID)
 		return Token{}, ErrInvalidClient
 	}
-	if stale && cred.RevokedAt == nil {
+	if (keyID != s.keys.currentKey() || cred.HashKey != keyID) && cred.RevokedAt == nil {
 		s.rehash(ctx, cred, clientSecret)
 	}
 	if cred.RevokedAt != nil {
@@ -448,13 +450,15 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 }
 
 // rehash stores a client secret's hash again under the current master
-// key, so that after a rotation the previous key can be retired without
-// asking every merchant for new credentials. It replaces only the hash it
-// verified: a credential rotated meanwhile keeps its new one. A failure
-// costs nothing but a retry at the next token request, so it is logged
-// and the token still issued.
+// key, with that key's id (also for a hash made under it before ids were
+// recorded), so that after a rotation the previous key can be retired
+// without asking every merchant for new credentials, and Reseal can tell
+// when that is. It replaces only the hash it verified: a credential
+// rotated meanwhile keeps its new one. A failure costs nothing but a retry
+// at the next token request, so it is logged and the token still issued.
 func (s *Service) rehash(ctx context.Context, cred credentialRow, secret string) {
-	n, err := replaceSecretHash(s.db.WithContext(ctx), cred.ClientID, cred.SecretHash, s.keys.hashSecret(secret))
+	hash, keyID := s.keys.hashSecret(secret)
+	n, err := replaceSecretHash(s.db.WithContext(ctx), cred.ClientID, cred.SecretHash, hash, keyID)
 	if err != nil {
 		s.log.WarnContext(ctx, "client secret not rehashed under the current MASTER_KEY; tried again at its next token request",
 			"client_id", cred.ClientID, "err", err)

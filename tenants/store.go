@@ -27,8 +27,11 @@ type credentialRow struct {
 	ClientID   string `gorm:"primaryKey"`
 	TenantID   string
 	SecretHash []byte
-	CreatedAt  time.Time
-	RevokedAt  *time.Time
+	// HashKey is the id of the master key SecretHash was made under, ""
+	// for hashes made before ids were recorded (migration 16).
+	HashKey   string
+	CreatedAt time.Time
+	RevokedAt *time.Time
 }
 
 func (credentialRow) TableName() string { return "tenant_credentials" }
@@ -149,10 +152,11 @@ func getCredential(db *gorm.DB, clientID string) (credentialRow, error) {
 	return r, notFound(err, errCredentialNotFound)
 }
 
-// replaceSecretHash swaps a credential's hash, if it still is old.
-func replaceSecretHash(db *gorm.DB, clientID string, old, hash []byte) (int64, error) {
+// replaceSecretHash swaps a credential's hash and its key's id, if the
+// hash still is old.
+func replaceSecretHash(db *gorm.DB, clientID string, old, hash []byte, keyID string) (int64, error) {
 	res := db.Model(&credentialRow{}).Where("client_id = ? AND secret_hash = ? AND revoked_at IS NULL", clientID, old).
-		UpdateColumn("secret_hash", hash)
+		UpdateColumns(map[string]any{"secret_hash": hash, "hash_key": keyID})
 	return res.RowsAffected, res.Error
 }
 

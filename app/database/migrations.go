@@ -398,6 +398,14 @@ DROP INDEX payments_provider_transaction_idx;`},
 	// audit_events one keeps it so, without them (a NOTICE says so; README,
 	// "Sharding by merchant").
 	{15, "audit_events_append_only", ``},
+	// A client secret's hash names the master key it was made under, so
+	// that during a MASTER_KEY rotation the gateway can tell which hashes
+	// still need the previous key (tenants.Service.Reseal). Beside the
+	// hash, not in it: the hash stays the bare HMAC that older versions
+	// verify, during a rolling deploy and after a rollback. '' is a hash
+	// made before this version; its key is recorded at its client's next
+	// token request.
+	{16, "credential_hash_key", `ALTER TABLE tenant_credentials ADD COLUMN hash_key TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrationSQL is what m runs on d.
