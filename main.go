@@ -169,19 +169,25 @@ func reseal() error {
 		rep.Accounts, rep.Endpoints, rep.Answers)
 	fmt.Printf("client secrets not known to be hashed under MASTER_KEY: stale_client_secret_hashes=%d\n", rep.StaleHashes)
 	for _, a := range rep.UnreadableAccounts {
-		log.Warn("provider account's secrets open under neither key: set them again", "account", a)
+		fmt.Printf("opens under neither key: provider account %s (set its secrets again)\n", a)
 	}
 	for _, e := range rep.UnreadableEndpoints {
-		log.Warn("webhook endpoint's secret opens under neither key: rotate it", "endpoint", e)
+		fmt.Printf("opens under neither key: webhook endpoint %s (rotate its secret)\n", e)
 	}
 	if rep.UnreadableAnswers > 0 {
-		log.Warn("stored answers open under neither key; their replays are refused until the keys are purged", "count", rep.UnreadableAnswers)
+		fmt.Printf("opens under neither key: %d stored answers (refused on replay until purged with their keys)\n", rep.UnreadableAnswers)
 	}
 	switch {
 	case len(rep.UnreadableAccounts)+len(rep.UnreadableEndpoints)+rep.UnreadableAnswers > 0:
-		return errors.New("reseal: some secrets open under neither MASTER_KEY nor MASTER_KEY_PREVIOUS (see above)")
+		return errors.New("reseal: some secrets open under neither MASTER_KEY nor MASTER_KEY_PREVIOUS (listed above)")
+	case len(cfg.Secrets.MasterKeyPrevious) == 0 && !rep.Retirable():
+		// A check only: no previous key to keep or remove, but clients
+		// whose hash names another key cannot get a token if that key was
+		// the one removed (those from before key ids were recorded still
+		// can, if hashed under this one: they are recorded at their next).
+		fmt.Println("check: if MASTER_KEY_PREVIOUS was removed before these clients asked for a token, rotate their credentials")
 	case len(cfg.Secrets.MasterKeyPrevious) == 0:
-		// A check only: there is no previous key to keep or remove.
+		fmt.Println("check: every sealed secret opens under MASTER_KEY")
 	case !rep.Retirable():
 		fmt.Println("keep MASTER_KEY_PREVIOUS: each stale client secret is rehashed at its next token request (or rotate those credentials)")
 	default:

@@ -65,20 +65,27 @@ func (s *Service) Reseal(ctx context.Context) (ResealReport, error) {
 	}
 	var last string
 	for {
-		var rows []credentialRow
-		if err := db.Select("client_id", "hash_key").Where("client_id > ? AND revoked_at IS NULL", last).
-			Order("client_id").Limit(resealBatch).Find(&rows).Error; err != nil {
+		var ids []string
+		if err := db.Model(&credentialRow{}).Where("client_id > ? AND revoked_at IS NULL", last).
+			Order("client_id").Limit(resealBatch).Pluck("client_id", &ids).Error; err != nil {
 			return rep, fmt.Errorf("tenants: reseal: %w", err)
 		}
-		for _, r := range rows {
-			if r.HashKey != s.keys.currentKey() {
+		if len(ids) == 0 {
+			break
+		}
+		keys, err := credentialKeys(db, ids)
+		if err != nil {
+			return rep, fmt.Errorf("tenants: reseal: %w", err)
+		}
+		for _, id := range ids {
+			if keys[id] != s.keys.currentKey() {
 				rep.StaleHashes++
 			}
 		}
-		if len(rows) < resealBatch {
+		if len(ids) < resealBatch {
 			break
 		}
-		last = rows[len(rows)-1].ClientID
+		last = ids[len(ids)-1]
 	}
 	return rep, nil
 }

@@ -44,7 +44,7 @@ func TestRotateMasterKey(t *testing.T) {
 		// A credential from before key ids were recorded: its key is
 		// recorded at its next token, and its hash (the bare HMAC older
 		// versions verify) is left as it is.
-		require.NoError(t, db.Model(&credentialRow{}).Where("client_id = ?", credsA.ClientID).UpdateColumn("hash_key", "").Error)
+		require.NoError(t, db.Where("client_id = ?", credsA.ClientID).Delete(&credentialKeyRow{}).Error)
 		require.Equal(t, 1, mustReseal(t, before).StaleHashes, "A's unknown key counts, B's and R's do not")
 		legacy, err := getCredential(db, credsA.ClientID)
 		require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestRotateMasterKey(t *testing.T) {
 		require.NoError(t, err)
 		recorded, err := getCredential(db, credsA.ClientID)
 		require.NoError(t, err)
-		require.Equal(t, before.keys.currentKey(), recorded.HashKey)
+		require.Equal(t, before.keys.currentKey(), mustKey(t, db, credsA.ClientID))
 		require.Equal(t, legacy.SecretHash, recorded.SecretHash)
 		require.Equal(t, 0, mustReseal(t, before).StaleHashes)
 
@@ -70,7 +70,7 @@ func TestRotateMasterKey(t *testing.T) {
 		require.Contains(t, logs.String(), "client secret rehashed under the current MASTER_KEY")
 		row, err := getCredential(db, credsA.ClientID)
 		require.NoError(t, err)
-		require.Equal(t, during.keys.currentKey(), row.HashKey)
+		require.Equal(t, during.keys.currentKey(), mustKey(t, db, credsA.ClientID))
 		ok, key := during.keys.secretMatches(credsA.ClientSecret, row.SecretHash)
 		require.True(t, ok)
 		require.Equal(t, during.keys.currentKey(), key, "rehashed under the new key")
@@ -117,4 +117,11 @@ func mustReseal(t *testing.T, s *Service) ResealReport {
 	rep, err := s.Reseal(t.Context())
 	require.NoError(t, err)
 	return rep
+}
+
+func mustKey(t *testing.T, db *gorm.DB, clientID string) string {
+	t.Helper()
+	k, err := credentialKey(db, clientID)
+	require.NoError(t, err)
+	return k
 }

@@ -162,7 +162,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 		}
 		hash, keyID := s.keys.hashSecret(creds.ClientSecret)
 		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: row.ID,
-			SecretHash: hash, HashKey: keyID, CreatedAt: at}); err != nil {
+			SecretHash: hash, CreatedAt: at}, keyID); err != nil {
 			return err
 		}
 		after := auditView(s.toTenant(row, sortedKeys(p.Providers)))
@@ -390,7 +390,7 @@ func (s *Service) RotateCredentials(ctx context.Context, tenantID string) (Crede
 		revoked = n
 		hash, keyID := s.keys.hashSecret(creds.ClientSecret)
 		if err := insertCredential(tx, &credentialRow{ClientID: creds.ClientID, TenantID: tenantID,
-			SecretHash: hash, HashKey: keyID, CreatedAt: at}); err != nil {
+			SecretHash: hash, CreatedAt: at}, keyID); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Change{Action: audit.CredentialsRotated, TargetType: "tenant",
@@ -426,8 +426,8 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 		s.log.InfoContext(ctx, "token refused", "reason", "wrong secret", "client_id", cred.ClientID)
 		return Token{}, ErrInvalidClient
 	}
-	if (keyID != s.keys.currentKey() || cred.HashKey != keyID) && cred.RevokedAt == nil {
-		s.rehash(ctx, cred, clientSecret)
+	if cred.RevokedAt == nil {
+		s.rehashIfStale(ctx, cred, clientSecret, keyID)
 	}
 	if cred.RevokedAt != nil {
 		s.log.InfoContext(ctx, "token refused", "reason", "revoked credential", "client_id", cred.ClientID)
@@ -449,14 +449,21 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 	return Token{AccessToken: raw, TokenType: "Bearer", ExpiresIn: s.cfg.TokenTTL, ExpiresAt: exp}, nil
 }
 
-// rehash stores a client secret's hash again under the current master
-// key, with that key's id (also for a hash made under it before ids were
-// recorded), so that after a rotation the previous key can be retired
+// rehashIfStale stores a client secret's hash again under the current
+// master key when it matched under another (matched is that key's id),
+// and records the key of a hash made under the current one before ids
+// were recorded, so that after a rotation the previous key can be retired
 // without asking every merchant for new credentials, and Reseal can tell
 // when that is. It replaces only the hash it verified: a credential
 // rotated meanwhile keeps its new one. A failure costs nothing but a retry
 // at the next token request, so it is logged and the token still issued.
-func (s *Service) rehash(ctx context.Context, cred credentialRow, secret string) {
+func (s *Service) rehashIfStale(ctx context.Context, cred credentialRow, secret, matched string) {
+	if matched == s.keys.currentKey() {
+		recorded, err := credentialKey(s.db.WithContext(ctx), cred.ClientID)
+		if err != nil || recorded == matched {
+			return // a failed read is tried again at the next token request
+		}
+	}
 	hash, keyID := s.keys.hashSecret(secret)
 	n, err := replaceSecretHash(s.db.WithContext(ctx), cred.ClientID, cred.SecretHash, hash, keyID)
 	if err != nil {

@@ -27,14 +27,27 @@ type credentialRow struct {
 	ClientID   string `gorm:"primaryKey"`
 	TenantID   string
 	SecretHash []byte
-	// HashKey is the id of the master key SecretHash was made under, ""
-	// for hashes made before ids were recorded (migration 16).
-	HashKey   string
-	CreatedAt time.Time
-	RevokedAt *time.Time
+	CreatedAt  time.Time
+	RevokedAt  *time.Time
 }
 
 func (credentialRow) TableName() string { return "tenant_credentials" }
+
+// credentialColumns are credentialRow's, named: a column added later to
+// tenant_credentials must not change what this version's prepared SELECT
+// returns (PostgreSQL refuses to run a cached plan whose result type
+// changed, once per connection: a 500 for a merchant).
+var credentialColumns = []string{"client_id", "tenant_id", "secret_hash", "created_at", "revoked_at"}
+
+// credentialKeyRow names the master key a credential's secret hash was
+// made under (migration 16); a credential without one was hashed before
+// ids were recorded.
+type credentialKeyRow struct {
+	ClientID string `gorm:"primaryKey"`
+	HashKey  string
+}
+
+func (credentialKeyRow) TableName() string { return "tenant_credential_keys" }
 
 type accountRow struct {
 	TenantID  string `gorm:"primaryKey"`
@@ -141,23 +154,62 @@ func deleteAccount(db *gorm.DB, tenantID, provider string) error {
 	return db.Where("tenant_id = ? AND provider = ?", tenantID, provider).Delete(&accountRow{}).Error
 }
 
-func insertCredential(db *gorm.DB, r *credentialRow) error { return db.Create(r).Error }
+// insertCredential writes a credential and its hash key's id; db is the
+// caller's transaction.
+func insertCredential(db *gorm.DB, r *credentialRow, keyID string) error {
+	if err := db.Create(r).Error; err != nil {
+		return err
+	}
+	return db.Create(&credentialKeyRow{ClientID: r.ClientID, HashKey: keyID}).Error
+}
+
+// credentialKey is the id of the key a credential's hash was made under,
+// "" when not recorded.
+func credentialKey(db *gorm.DB, clientID string) (string, error) {
+	var keys []string
+	err := db.Model(&credentialKeyRow{}).Where("client_id = ?", clientID).Limit(1).Pluck("hash_key", &keys).Error
+	if err != nil || len(keys) == 0 {
+		return "", err
+	}
+	return keys[0], nil
+}
+
+// credentialKeys are the recorded hash key ids of the given credentials.
+func credentialKeys(db *gorm.DB, clientIDs []string) (map[string]string, error) {
+	var rows []credentialKeyRow
+	if err := db.Where("client_id IN ?", clientIDs).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.ClientID] = r.HashKey
+	}
+	return out, nil
+}
 
 func getCredential(db *gorm.DB, clientID string) (credentialRow, error) {
 	var r credentialRow
 	if !wellFormedID("cli_", clientID) {
 		return r, errCredentialNotFound
 	}
-	err := db.Where("client_id = ?", clientID).Take(&r).Error
+	err := db.Select(credentialColumns).Where("client_id = ?", clientID).Take(&r).Error
 	return r, notFound(err, errCredentialNotFound)
 }
 
-// replaceSecretHash swaps a credential's hash and its key's id, if the
-// hash still is old.
-func replaceSecretHash(db *gorm.DB, clientID string, old, hash []byte, keyID string) (int64, error) {
-	res := db.Model(&credentialRow{}).Where("client_id = ? AND secret_hash = ? AND revoked_at IS NULL", clientID, old).
-		UpdateColumns(map[string]any{"secret_hash": hash, "hash_key": keyID})
-	return res.RowsAffected, res.Error
+// replaceSecretHash swaps a credential's hash, if it still is old, and
+// records the key it was made under.
+func replaceSecretHash(db *gorm.DB, clientID string, old, hash []byte, keyID string) (n int64, err error) {
+	err = db.Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&credentialRow{}).Where("client_id = ? AND secret_hash = ? AND revoked_at IS NULL", clientID, old).
+			UpdateColumn("secret_hash", hash)
+		if n = res.RowsAffected; res.Error != nil || n == 0 {
+			return res.Error
+		}
+		return tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "client_id"}},
+			DoUpdates: clause.AssignmentColumns([]string{"hash_key"})}).
+			Create(&credentialKeyRow{ClientID: clientID, HashKey: keyID}).Error
+	})
+	return n, err
 }
 
 // revokeCredentials revokes every live credential of the tenant.

@@ -2,7 +2,9 @@ package database_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -264,4 +266,60 @@ func TestAppendOnlyMigrationOnCitus(t *testing.T) {
 			require.Equal(t, tc.triggers, triggers)
 		})
 	}
+}
+
+// During a rolling deploy the previous release's instances keep serving
+// while this one migrates, with their statements prepared on their
+// connections, and PostgreSQL refuses to run a cached plan whose result
+// changed ("cached plan must not change result type", 0A000): a merchant's
+// request on an old instance would get a 500 once per connection. So the
+// newest migration must not add, drop or retype a column of a table that
+// exists before it (a new table, an index, a constraint are fine).
+func TestNewestMigrationKeepsThePreviousReleasesQueriesRunning(t *testing.T) {
+	t.Parallel()
+	admin, err := database.Open(dbtest.BaseURL(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(admin) })
+	schema := "t_rolling_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	require.NoError(t, admin.Exec("CREATE SCHEMA "+schema).Error)
+	t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
+	u, err := url.Parse(dbtest.BaseURL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+
+	// The old instance: one connection, so every statement it prepares
+	// stays prepared on it.
+	old, err := database.Open(u.String(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(old) })
+	_, err = database.MigrateBefore(old, database.Version())
+	require.NoError(t, err)
+	var tables []string
+	require.NoError(t, old.Raw("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename").Scan(&tables).Error)
+	require.NotEmpty(t, tables)
+	readAll := func() error {
+		for _, table := range tables {
+			rows, err := old.Raw("SELECT * FROM " + table + " LIMIT 1").Rows()
+			if err != nil {
+				return fmt.Errorf("%s: %w", table, err)
+			}
+			for rows.Next() {
+			}
+			if err := rows.Close(); err != nil {
+				return fmt.Errorf("%s: %w", table, err)
+			}
+		}
+		return nil
+	}
+	require.NoError(t, readAll())
+
+	fresh, err := database.Open(u.String(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(fresh) })
+	n, err := database.Migrate(fresh)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the newest migration, alone")
+	require.NoError(t, readAll(), "the previous release's prepared SELECT * of each table still runs")
 }

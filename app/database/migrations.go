@@ -398,14 +398,23 @@ DROP INDEX payments_provider_transaction_idx;`},
 	// audit_events one keeps it so, without them (a NOTICE says so; README,
 	// "Sharding by merchant").
 	{15, "audit_events_append_only", ``},
-	// A client secret's hash names the master key it was made under, so
-	// that during a MASTER_KEY rotation the gateway can tell which hashes
-	// still need the previous key (tenants.Service.Reseal). Beside the
-	// hash, not in it: the hash stays the bare HMAC that older versions
-	// verify, during a rolling deploy and after a rollback. '' is a hash
-	// made before this version; its key is recorded at its client's next
-	// token request.
-	{16, "credential_hash_key", `ALTER TABLE tenant_credentials ADD COLUMN hash_key TEXT NOT NULL DEFAULT '';`},
+	// A client secret's hash gets the id of the master key it was made
+	// under, so that during a MASTER_KEY rotation the gateway can tell
+	// which hashes still need the previous key (tenants.Service.Reseal).
+	// Beside the hash, not in it: the hash stays the bare HMAC that older
+	// versions verify, during a rolling deploy and after a rollback. In a
+	// table of its own, not a column of tenant_credentials: instances of
+	// the previous version, still serving while this one migrates, hold
+	// their SELECT * on tenant_credentials prepared, and PostgreSQL
+	// refuses a cached plan whose result changed (0A000), once per
+	// connection: merchants' token and API requests would get 500s. A
+	// credential without a row was hashed before this version; its key is
+	// recorded at its client's next token request.
+	{16, "credential_keys", `
+CREATE TABLE tenant_credential_keys (
+	client_id TEXT PRIMARY KEY,
+	hash_key  TEXT NOT NULL
+);`},
 }
 
 // migrationSQL is what m runs on d.
@@ -509,6 +518,11 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 	if upToDate(db) {
 		return 0, nil
 	}
+	return apply(db, migrations)
+}
+
+// apply applies the migrations of ms not applied yet, in order.
+func apply(db *gorm.DB, ms []migration) (applied int, err error) {
 	d := DialectOf(db)
 	err = db.Transaction(func(tx *gorm.DB) error {
 		if d == Postgres {
@@ -535,7 +549,7 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 		for _, v := range done {
 			have[v] = true
 		}
-		for _, m := range migrations {
+		for _, m := range ms {
 			if have[m.Version] {
 				continue
 			}

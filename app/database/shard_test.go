@@ -26,6 +26,8 @@ var notTenantOwned = map[string]string{
 		"small; replicated to every node (create_reference_table)",
 	"tenant_credentials": "reference table: looked up by client_id before the merchant " +
 		"is known (the token exchange), so it cannot be routed by merchant",
+	"tenant_credential_keys": "reference table beside tenant_credentials: which master key " +
+		"hashed a client secret, keyed by client_id like it (read at the token exchange)",
 	"provider_accounts": "reference table: a merchant's provider secrets, keyed by " +
 		"(tenant_id, provider); small, read through a cache",
 	"simulator_charges": "the built-in simulator provider's own records, keyed by our " +
@@ -48,7 +50,7 @@ const queueTables = "river_"
 // referenceTables are the tables of notTenantOwned that tenant-owned tables
 // may reference (Citus allows a distributed table's foreign key to a
 // reference table, and not the other way round).
-var referenceTables = map[string]bool{"tenants": true, "tenant_credentials": true, "provider_accounts": true}
+var referenceTables = map[string]bool{"tenants": true, "tenant_credentials": true, "tenant_credential_keys": true, "provider_accounts": true}
 
 // TestSchemaIsShardReadyByMerchant reads the catalog of the migrated schema
 // and fails when a tenant-owned table's primary key or a unique index does
