@@ -146,6 +146,7 @@ func tenantsConfig(cfg config.Config, log *slog.Logger, now func() time.Time) te
 		MasterKey:      cfg.Secrets.MasterKey,
 		MasterPrevious: cfg.Secrets.MasterKeyPrevious,
 		AdminAPIKey:    cfg.Secrets.AdminAPIKey.Reveal(),
+		AdminPrevious:  cfg.Secrets.AdminAPIKeyPrevious.Reveal(),
 		JWTSecret:      []byte(cfg.Secrets.JWTSecret.Reveal()),
 		JWTPrevious:    []byte(cfg.Secrets.JWTSecretPrevious.Reveal()),
 		Issuer:         tokenIssuer,

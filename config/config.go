@@ -145,11 +145,12 @@ func (d Database) Postgres() bool {
 
 // Secrets are the gateway's own keys.
 type Secrets struct {
-	AdminAPIKey       Secret // ADMIN_API_KEY
-	JWTSecret         Secret // JWT_SECRET, at least 32 bytes
-	JWTSecretPrevious Secret // JWT_SECRET_PREVIOUS: still verifies during a rotation
-	MasterKey         Key    // MASTER_KEY: 32 bytes, hex or base64; encrypts provider secrets
-	MasterKeyPrevious Key    // MASTER_KEY_PREVIOUS: still opens and verifies during a rotation
+	AdminAPIKey         Secret // ADMIN_API_KEY
+	AdminAPIKeyPrevious Secret // ADMIN_API_KEY_PREVIOUS: still accepted during a rotation
+	JWTSecret           Secret // JWT_SECRET, at least 32 bytes
+	JWTSecretPrevious   Secret // JWT_SECRET_PREVIOUS: still verifies during a rotation
+	MasterKey           Key    // MASTER_KEY: 32 bytes, hex or base64; encrypts provider secrets
+	MasterKeyPrevious   Key    // MASTER_KEY_PREVIOUS: still opens and verifies during a rotation
 	// Generated lists the secrets that development mode generated or reused
 	// from the data directory, so start-up can say so.
 	Generated []string
@@ -333,9 +334,10 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		ClockSync:       r.bool("CLOCK_SYNC", true),
 	}
 	c.Secrets = Secrets{
-		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
-		JWTSecret:         Secret(r.str("JWT_SECRET", "")),
-		JWTSecretPrevious: Secret(r.str("JWT_SECRET_PREVIOUS", "")),
+		AdminAPIKey:         Secret(r.str("ADMIN_API_KEY", "")),
+		AdminAPIKeyPrevious: Secret(r.str("ADMIN_API_KEY_PREVIOUS", "")),
+		JWTSecret:           Secret(r.str("JWT_SECRET", "")),
+		JWTSecretPrevious:   Secret(r.str("JWT_SECRET_PREVIOUS", "")),
 	}
 	masterRaw := r.str("MASTER_KEY", "")
 	previousRaw := r.str("MASTER_KEY_PREVIOUS", "")
@@ -421,6 +423,13 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if n := len(c.Secrets.AdminAPIKey); n > 0 && n < 16 {
 		r.fail("ADMIN_API_KEY", "must be at least 16 characters")
+	}
+	switch prev := c.Secrets.AdminAPIKeyPrevious; {
+	case prev == "":
+	case len(prev) < 16:
+		r.fail("ADMIN_API_KEY_PREVIOUS", "must be at least 16 characters")
+	case prev == c.Secrets.AdminAPIKey:
+		r.fail("ADMIN_API_KEY_PREVIOUS", "is ADMIN_API_KEY itself; set it to the key being rotated out")
 	}
 	if n := len(c.Secrets.JWTSecret); n > 0 && n < 32 {
 		r.fail("JWT_SECRET", "must be at least 32 bytes, got %d", n)

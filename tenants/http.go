@@ -340,9 +340,16 @@ func (h *Handler) rotateCredentials(c *fiber.Ctx) error {
 
 func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 	key, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
-	if !ok || !h.svc.adminKeyValid(key) {
+	valid, previous := h.svc.adminKeyValid(key)
+	if !ok || !valid {
 		c.Set(fiber.HeaderWWWAuthenticate, "Bearer")
 		return problem.New(fiber.StatusUnauthorized, "unauthorized", "a valid admin API key is required (Authorization: Bearer)")
+	}
+	if previous {
+		// So the operator can tell which callers still need the new key
+		// before ADMIN_API_KEY_PREVIOUS is removed.
+		h.svc.log.WarnContext(c.UserContext(), "admin request with ADMIN_API_KEY_PREVIOUS; switch its caller to ADMIN_API_KEY",
+			"method", c.Method(), "path", c.Path())
 	}
 	return c.Next()
 }

@@ -291,6 +291,31 @@ func TestPreviousJWTSecretVerifies(t *testing.T) {
 	require.Equal(t, 401, old.me(newTok).status, "the old key does not verify the new key's tokens")
 }
 
+// ADMIN_API_KEY's rotation: the previous key is accepted beside the new
+// one, each use of it is logged (so the operator finds the scripts still
+// on it), and once it is dropped it is refused.
+func TestPreviousAdminKeyAccepted(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	c := newClock()
+	newKey := "rotated-admin-key-0123456789"
+	rotated := newEnvOn(t, db, c, func(cfg *Config) { cfg.AdminAPIKey = newKey; cfg.AdminPrevious = testAdminKey })
+	get := func(e *env, key string) resp {
+		return e.do("GET", "/admin/v1/tenants", "", "Authorization", "Bearer "+key)
+	}
+	require.Equal(t, 200, get(rotated, newKey).status)
+	require.NotContains(t, rotated.logs.String(), "ADMIN_API_KEY_PREVIOUS")
+	require.Equal(t, 200, get(rotated, testAdminKey).status, "the previous key still works")
+	require.Contains(t, rotated.logs.String(), "admin request with ADMIN_API_KEY_PREVIOUS")
+	require.NotContains(t, rotated.logs.String(), testAdminKey)
+	require.Equal(t, 401, get(rotated, testAdminKey+"x").status)
+	require.Equal(t, 401, get(rotated, "").status)
+
+	dropped := newEnvOn(t, db, c, func(cfg *Config) { cfg.AdminAPIKey = newKey })
+	require.Equal(t, 401, get(dropped, testAdminKey).status, "once dropped, the previous key is refused")
+	require.Equal(t, 200, get(dropped, newKey).status)
+}
+
 func TestRotateCredentials(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -25,6 +25,7 @@ type Config struct {
 	MasterKey      []byte        // 32 bytes: seals provider secrets, keys the client-secret hash
 	MasterPrevious []byte        // optional: the master key being rotated out, still opens and verifies
 	AdminAPIKey    string        // at least 16 bytes
+	AdminPrevious  string        // optional: the admin key being rotated out, still accepted
 	JWTSecret      []byte        // at least 32 bytes
 	JWTPrevious    []byte        // optional: the key before the last rotation, still verifies
 	Issuer         string        // "oncepay" when empty
@@ -40,7 +41,7 @@ type Config struct {
 
 // String redacts every key.
 func (c Config) String() string {
-	return fmt.Sprintf("tenants.Config{Issuer:%q Audience:%q TokenTTL:%s StatusCacheTTL:%s MasterKey:[redacted] MasterPrevious:[redacted] AdminAPIKey:[redacted] JWTSecret:[redacted] JWTPrevious:[redacted]}",
+	return fmt.Sprintf("tenants.Config{Issuer:%q Audience:%q TokenTTL:%s StatusCacheTTL:%s MasterKey:[redacted] MasterPrevious:[redacted] AdminAPIKey:[redacted] AdminPrevious:[redacted] JWTSecret:[redacted] JWTPrevious:[redacted]}",
 		c.Issuer, c.Audience, c.TokenTTL, c.StatusCacheTTL)
 }
 
@@ -93,6 +94,8 @@ func NewService(db *gorm.DB, reg *providers.Registry, cfg Config) (*Service, err
 	switch {
 	case len(cfg.AdminAPIKey) < 16:
 		return nil, errors.New("tenants: admin API key must be at least 16 bytes")
+	case len(cfg.AdminPrevious) > 0 && len(cfg.AdminPrevious) < 16:
+		return nil, errors.New("tenants: previous admin API key must be at least 16 bytes")
 	case len(cfg.JWTSecret) < 32:
 		return nil, errors.New("tenants: JWT secret must be at least 32 bytes")
 	case len(cfg.JWTPrevious) > 0 && len(cfg.JWTPrevious) < 32:
@@ -563,9 +566,17 @@ func (s *Service) provider(ctx context.Context, tenantID, name string) (provider
 	return s.reg.New(name, secrets)
 }
 
-// adminKeyValid compares a presented admin key in constant time.
-func (s *Service) adminKeyValid(key string) bool {
-	return key != "" && equalConstantTime(key, s.cfg.AdminAPIKey)
+// adminKeyValid compares a presented admin key in constant time, with
+// ADMIN_API_KEY and, during a rotation, ADMIN_API_KEY_PREVIOUS (both
+// compared whatever the first gives, so the time says nothing). previous
+// reports that the previous key was the one presented.
+func (s *Service) adminKeyValid(key string) (ok, previous bool) {
+	if key == "" {
+		return false, false
+	}
+	cur := equalConstantTime(key, s.cfg.AdminAPIKey)
+	prev := s.cfg.AdminPrevious != "" && equalConstantTime(key, s.cfg.AdminPrevious)
+	return cur || prev, prev && !cur
 }
 
 func (s *Service) writeAccounts(tx *gorm.DB, tenantID string, accts map[string]providers.Secrets, at time.Time) error {

@@ -253,6 +253,7 @@ func TestNewServiceValidatesConfig(t *testing.T) {
 	cases := map[string]func(*Config){
 		"ShortMasterKey":   func(c *Config) { c.MasterKey = c.MasterKey[:31] },
 		"ShortAdminKey":    func(c *Config) { c.AdminAPIKey = "short" },
+		"ShortAdminPrev":   func(c *Config) { c.AdminPrevious = "short" },
 		"ShortJWTSecret":   func(c *Config) { c.JWTSecret = []byte("short") },
 		"ShortJWTPrevious": func(c *Config) { c.JWTPrevious = []byte("short") },
 		"CacheTTLTooLong":  func(c *Config) { c.StatusCacheTTL = 3 * time.Second },

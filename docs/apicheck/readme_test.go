@@ -85,7 +85,7 @@ func makeRun(t *testing.T, root, dataDir string) string {
 		// The developer's environment, but not a database or settings of
 		// theirs: make run is SQLite and the defaults.
 		if name, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(name, "GATEWAY_") && name != "DATABASE_URL" &&
-			name != "DATA_DIR" && name != "ADMIN_API_KEY" && !strings.HasPrefix(name, "JWT_SECRET") && !strings.HasPrefix(name, "MASTER_KEY") {
+			name != "DATA_DIR" && !strings.HasPrefix(name, "ADMIN_API_KEY") && !strings.HasPrefix(name, "JWT_SECRET") && !strings.HasPrefix(name, "MASTER_KEY") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
