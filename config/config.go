@@ -426,6 +426,8 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	}
 	switch prev := c.Secrets.AdminAPIKeyPrevious; {
 	case prev == "":
+	case slices.Contains(c.Secrets.Generated, "ADMIN_API_KEY"):
+		r.fail("ADMIN_API_KEY_PREVIOUS", "needs ADMIN_API_KEY set too: the new key")
 	case len(prev) < 16:
 		r.fail("ADMIN_API_KEY_PREVIOUS", "must be at least 16 characters")
 	case prev == c.Secrets.AdminAPIKey:

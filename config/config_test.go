@@ -106,7 +106,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"BadPreviousMasterKey", map[string]string{"MASTER_KEY": master, "MASTER_KEY_PREVIOUS": "abc"}, "MASTER_KEY_PREVIOUS must be 32 bytes"},
 		{"PreviousIsCurrent", map[string]string{"MASTER_KEY": master, "MASTER_KEY_PREVIOUS": master}, "MASTER_KEY_PREVIOUS is MASTER_KEY itself"},
 		{"PreviousWithoutCurrent", map[string]string{"MASTER_KEY_PREVIOUS": master}, "MASTER_KEY_PREVIOUS needs MASTER_KEY set too"},
-		{"ShortPreviousAdminKey", map[string]string{"ADMIN_API_KEY_PREVIOUS": "short"}, "ADMIN_API_KEY_PREVIOUS must be at least 16 characters"},
+		{"ShortPreviousAdminKey", map[string]string{"ADMIN_API_KEY": "admin-key-0123456789", "ADMIN_API_KEY_PREVIOUS": "short"}, "ADMIN_API_KEY_PREVIOUS must be at least 16 characters"},
+		{"PreviousAdminWithoutCurrent", map[string]string{"ADMIN_API_KEY_PREVIOUS": "admin-key-0123456789"}, "ADMIN_API_KEY_PREVIOUS needs ADMIN_API_KEY set too"},
 		{"PreviousAdminIsCurrent", map[string]string{"ADMIN_API_KEY": "admin-key-0123456789", "ADMIN_API_KEY_PREVIOUS": "admin-key-0123456789"}, "ADMIN_API_KEY_PREVIOUS is ADMIN_API_KEY itself"},
 		{"LeaseNotAboveTimeout", map[string]string{"IDEMPOTENCY_LEASE": "10s", "PROVIDER_TIMEOUT": "10s"}, "IDEMPOTENCY_LEASE"},
 		{"BadDuration", map[string]string{"SWEEP_INTERVAL": "often"}, "SWEEP_INTERVAL must be a duration"},
@@ -147,7 +148,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	t.Parallel()
 	c, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "postgres://u:hunter2pass@db/x",
 		"REDIS_URL": "redis://:hunter2redis@cache:6379/0", "MASTER_KEY": master, "MASTER_KEY_PREVIOUS": strings.Repeat("ab", 32),
-		"ADMIN_API_KEY_PREVIOUS": "hunter2-previous-admin"}))
+		"ADMIN_API_KEY": "hunter2-current-admin", "ADMIN_API_KEY_PREVIOUS": "hunter2-previous-admin"}))
 	require.NoError(t, err)
 	require.Len(t, c.Secrets.MasterKeyPrevious, 32)
 	require.Equal(t, "redis://:hunter2redis@cache:6379/0", c.Limits.RedisURL.Reveal())

@@ -348,8 +348,13 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 	if previous {
 		// So the operator can tell which callers still need the new key
 		// before ADMIN_API_KEY_PREVIOUS is removed.
+		ua := c.Get(fiber.HeaderUserAgent)
+		if len(ua) > 200 {
+			ua = ua[:200]
+		}
 		h.svc.log.WarnContext(c.UserContext(), "admin request with ADMIN_API_KEY_PREVIOUS; switch its caller to ADMIN_API_KEY",
-			"method", c.Method(), "path", c.Path())
+			"method", c.Method(), "path", c.Path(), "remote", c.IP(), "user_agent", ua,
+			"request_id", c.GetRespHeader(fiber.HeaderXRequestID))
 	}
 	return c.Next()
 }

@@ -307,6 +307,7 @@ func TestPreviousAdminKeyAccepted(t *testing.T) {
 	require.NotContains(t, rotated.logs.String(), "ADMIN_API_KEY_PREVIOUS")
 	require.Equal(t, 200, get(rotated, testAdminKey).status, "the previous key still works")
 	require.Contains(t, rotated.logs.String(), "admin request with ADMIN_API_KEY_PREVIOUS")
+	require.Contains(t, rotated.logs.String(), `"remote":`, "the caller can be found")
 	require.NotContains(t, rotated.logs.String(), testAdminKey)
 	require.Equal(t, 401, get(rotated, testAdminKey+"x").status)
 	require.Equal(t, 401, get(rotated, "").status)

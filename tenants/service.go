@@ -461,10 +461,16 @@ func (s *Service) IssueToken(ctx context.Context, clientID, clientSecret string)
 // rotated meanwhile keeps its new one. A failure costs nothing but a retry
 // at the next token request, so it is logged and the token still issued.
 func (s *Service) rehashIfStale(ctx context.Context, cred credentialRow, secret, matched string) {
-	if matched == s.keys.currentKey() {
+	rehash := matched != s.keys.currentKey()
+	if !rehash {
 		recorded, err := credentialKey(s.db.WithContext(ctx), cred.ClientID)
-		if err != nil || recorded == matched {
-			return // a failed read is tried again at the next token request
+		if err != nil {
+			s.log.WarnContext(ctx, "client secret's hash key not read; tried again at its next token request",
+				"client_id", cred.ClientID, "err", err)
+			return
+		}
+		if recorded == matched {
+			return
 		}
 	}
 	hash, keyID := s.keys.hashSecret(secret)
@@ -474,8 +480,11 @@ func (s *Service) rehashIfStale(ctx context.Context, cred credentialRow, secret,
 			"client_id", cred.ClientID, "err", err)
 		return
 	}
-	if n == 1 {
+	switch {
+	case n == 1 && rehash:
 		s.log.InfoContext(ctx, "client secret rehashed under the current MASTER_KEY", "client_id", cred.ClientID)
+	case n == 1:
+		s.log.DebugContext(ctx, "client secret's hash key recorded", "client_id", cred.ClientID)
 	}
 }
 

@@ -272,15 +272,33 @@ func TestAppendOnlyMigrationOnCitus(t *testing.T) {
 // while this one migrates, with their statements prepared on their
 // connections, and PostgreSQL refuses to run a cached plan whose result
 // changed ("cached plan must not change result type", 0A000): a merchant's
-// request on an old instance would get a 500 once per connection. So the
-// newest migration must not add, drop or retype a column of a table that
-// exists before it (a new table, an index, a constraint are fine).
-func TestNewestMigrationKeepsThePreviousReleasesQueriesRunning(t *testing.T) {
+// request on an old instance would get a 500 once per connection. So no
+// migration from version 16 on may add, drop or retype a column of a
+// table that exists before it (a new table, an index, a constraint are
+// fine). Each is checked from the schema just before it, through the
+// newest: a release that brings several is covered from any of them.
+func TestMigrationsKeepThePreviousReleasesQueriesRunning(t *testing.T) {
 	t.Parallel()
+	const firstChecked = 16 // versions 6 and 8 added columns
+	for _, v := range database.Versions() {
+		if v < firstChecked {
+			continue
+		}
+		t.Run(fmt.Sprintf("from_%d", v-1), func(t *testing.T) {
+			t.Parallel()
+			checkPreparedSelectsSurvive(t, v)
+		})
+	}
+}
+
+// checkPreparedSelectsSurvive migrates a fresh schema to just before
+// version, prepares a SELECT * of each table on one connection, migrates
+// to the newest version and runs them again.
+func checkPreparedSelectsSurvive(t *testing.T, version int) {
 	admin, err := database.Open(dbtest.BaseURL(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = database.Close(admin) })
-	schema := "t_rolling_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	schema := fmt.Sprintf("t_rolling_%d_%s", version, strconv.FormatInt(time.Now().UnixNano(), 36))
 	require.NoError(t, admin.Exec("CREATE SCHEMA "+schema).Error)
 	t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
 	u, err := url.Parse(dbtest.BaseURL())
@@ -294,7 +312,7 @@ func TestNewestMigrationKeepsThePreviousReleasesQueriesRunning(t *testing.T) {
 	old, err := database.Open(u.String(), database.Options{MaxOpenConns: 1, PipelineConns: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = database.Close(old) })
-	_, err = database.MigrateBefore(old, database.Version())
+	_, err = database.MigrateBefore(old, version)
 	require.NoError(t, err)
 	var tables []string
 	require.NoError(t, old.Raw("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename").Scan(&tables).Error)
@@ -320,6 +338,6 @@ func TestNewestMigrationKeepsThePreviousReleasesQueriesRunning(t *testing.T) {
 	t.Cleanup(func() { _ = database.Close(fresh) })
 	n, err := database.Migrate(fresh)
 	require.NoError(t, err)
-	require.Equal(t, 1, n, "the newest migration, alone")
+	require.Equal(t, database.Version()-version+1, n, "version %d through the newest", version)
 	require.NoError(t, readAll(), "the previous release's prepared SELECT * of each table still runs")
 }
