@@ -46,7 +46,7 @@ func (conn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
 func (conn) CheckNamedValue(*driver.NamedValue) error { return nil }
 
 func (c conn) QueryContext(ctx context.Context, query string, named []driver.NamedValue) (driver.Rows, error) {
-	r := c.p.do(ctx, query, values(named), false)
+	r := c.p.do(caller(ctx), query, values(named), false)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -54,7 +54,7 @@ func (c conn) QueryContext(ctx context.Context, query string, named []driver.Nam
 }
 
 func (c conn) ExecContext(ctx context.Context, query string, named []driver.NamedValue) (driver.Result, error) {
-	r := c.p.do(ctx, query, values(named), true)
+	r := c.p.do(caller(ctx), query, values(named), true)
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -195,6 +195,11 @@ var errClosed = fmt.Errorf("pipeline: closed: %w", sql.ErrConnDone)
 // for a statement whose connection was cancelled, that the outcome is
 // unknown.
 func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) result {
+	// A select between two ready cases picks either: an ended ctx must
+	// never send its statement.
+	if err := ctx.Err(); err != nil {
+		return result{err: err}
+	}
 	c := &call{sql: query, args: args, exec: exec, done: make(chan struct{})}
 	select {
 	case p.queue <- c:

@@ -371,6 +371,38 @@ func TestSession(t *testing.T) {
 	require.NoError(t, pipeline.Session(off, context.Background()).Exec(`SELECT 1`).Error, "no pipeline: the pool")
 }
 
+// A GORM session's context reaches the pipeline past database/sql, which
+// is given one that never ends (no goroutine per query): a caller still
+// stops waiting when its own ends, and one whose context has ended sends
+// nothing.
+func TestSessionCallerContext(t *testing.T) {
+	t.Parallel()
+	db := dbtest.PostgresWith(t, database.Options{PipelineConns: 1})
+	p := pipeline.Of(db)
+	require.NotNil(t, p)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the lane is idle: a select between two ready cases would pick either
+		err := pipeline.Session(db, ended).Exec(`SELECT 1`).Error
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	// One lane, in order: once this is answered, anything sent before it was run.
+	require.NoError(t, pipeline.Session(db, context.Background()).Exec(`SELECT 1`).Error)
+	require.EqualValues(t, 1, p.Stats().Statements, "an ended context sends nothing")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var n int
+	err := pipeline.Session(db, ctx).Raw(`SELECT 1 FROM pg_sleep(0.3)`).Scan(&n).Error
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	type key struct{}
+	valued := context.WithValue(context.Background(), key{}, "v")
+	require.NoError(t, pipeline.Session(db, valued).Raw(`SELECT 7`).Scan(&n).Error)
+	require.Equal(t, 7, n)
+}
+
 // A caller whose arguments pgx cannot encode fails alone: the batch was
 // never sent, and its other statements go one by one.
 func TestAnArgumentThatCannotBeSentFailsAlone(t *testing.T) {
