@@ -44,8 +44,11 @@ func Session(db *gorm.DB, ctx context.Context) *gorm.DB {
 		return db.WithContext(ctx)
 	}
 	// A session with a context has its own copy of the statement, so
-	// setting its pool leaves db's alone.
-	s := db.Session(&gorm.Session{Context: detach(ctx)})
+	// setting its pool leaves db's alone. NewDB: the statement it is given
+	// next (its Raw) starts afresh with this pool and context instead of
+	// copying db's statement a second time — only a single statement is
+	// sent here, never one built on db's conditions.
+	s := db.Session(&gorm.Session{Context: detach(ctx), NewDB: true})
 	s.Statement.ConnPool = pl.pool
 	return s
 }
