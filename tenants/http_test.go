@@ -445,6 +445,8 @@ func TestPatchTenant(t *testing.T) {
 		{"UnknownProvider", `{"providers":{"mpesa":{"key":"x"}}}`, "providers.mpesa"},
 		{"MissingSecret", `{"providers":{"stripe":{"secret_key":"x"}}}`, "providers.stripe"},
 		{"BlankSecret", `{"providers":{"paystack":{"secret_key":"  "}}}`, "providers.paystack"},
+		{"SecretWithNewline", `{"providers":{"paystack":{"secret_key":"sk_test_abc\n"}}}`, "providers.paystack"},
+		{"SecretWithTab", `{"providers":{"paystack":{"secret_key":"sk_test\tabc"}}}`, "providers.paystack"},
 		{"UnknownDefault", `{"default_provider":"mpesa"}`, "default_provider"},
 		{"DefaultNotConfigured", `{"default_provider":"stripe"}`, "default_provider"},
 		{"EmptyDefault", `{"default_provider":""}`, "default_provider"},
@@ -507,6 +509,9 @@ func TestCreateTenantValidation(t *testing.T) {
 		{"UnknownField", `{"name":"x","default_provider":"simulator","client_secret":"mine"}`, "client_secret"},
 		{"BadStatus", `{"name":"x","default_provider":"simulator","status":"new"}`, "status"},
 		{"ControlCharsInName", `{"name":"a\u0000b","default_provider":"simulator"}`, "name"},
+		{"NullProvider", `{"name":"x","default_provider":"simulator","providers":{"paystack":null}}`, "providers.paystack"},
+		{"SecretWithNewline", `{"name":"x","default_provider":"paystack","providers":{"paystack":{"secret_key":"sk_test_abc\n"}}}`, "providers.paystack"},
+		{"SecretWithNUL", `{"name":"x","default_provider":"simulator","providers":{"paystack":{"secret_key":"sk\u0000"}}}`, "providers.paystack"},
 		{"EmptyBody", ``, "body"},
 	}
 	for _, tc := range cases {

@@ -144,6 +144,13 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 	}
 	checkStatus(v, status)
 	s.checkAccounts(v, p.Providers)
+	for _, name := range sortedKeys(p.Providers) {
+		if p.Providers[name] == nil && s.reg.Has(name) {
+			// null removes an account on update; a new tenant has none,
+			// and the answer and the audit record list only accounts made.
+			v.add("providers."+name, "must be an object of secrets (null removes an account, and a new tenant has none)")
+		}
+	}
 	if p.DefaultProvider == "" {
 		v.add("default_provider", "is required")
 	} else if reason := s.defaultProblem(p.DefaultProvider, p.Providers[p.DefaultProvider] != nil); reason != "" {
@@ -662,12 +669,15 @@ func (s *Service) checkAccounts(v *ValidationError, accts map[string]providers.S
 		}
 		bad := false
 		for k, val := range sec {
-			if k == "" || len(k) > maxSecretKeyLen || len(val) > maxSecretValLen || !utf8.ValidString(val) {
+			// A control character (a newline pasted in with the key) can
+			// go in no provider's request: refused here, not found out on
+			// the first charge.
+			if k == "" || len(k) > maxSecretKeyLen || len(val) > maxSecretValLen || !printable(k) || !printable(val) {
 				bad = true
 			}
 		}
 		if bad {
-			v.add(field, fmt.Sprintf("secret names must be 1-%d bytes and values at most %d bytes", maxSecretKeyLen, maxSecretValLen))
+			v.add(field, fmt.Sprintf("secret names must be 1-%d bytes and values at most %d bytes, both printable text (no control characters)", maxSecretKeyLen, maxSecretValLen))
 			continue
 		}
 		if err := s.reg.Validate(name, sec); err != nil {
@@ -687,13 +697,18 @@ func secretsReason(err error) string {
 	return "invalid secrets"
 }
 
+// printable reports whether s is UTF-8 without control characters.
+func printable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
+}
+
 func checkName(v *ValidationError, name string) {
 	switch {
 	case name == "":
 		v.add("name", "is required")
 	case utf8.RuneCountInString(name) > 200:
 		v.add("name", "must be at most 200 characters")
-	case !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0:
+	case !printable(name):
 		v.add("name", "must be printable text")
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -118,6 +120,9 @@ type Response struct {
 // The error text is the transport's (URL and cause): it never holds a
 // header, so the secret key cannot leak through it.
 func Do(ctx context.Context, c *http.Client, name string, req *http.Request) (Response, error) {
+	if err := sendable(req.Header); err != nil {
+		return Response{}, fmt.Errorf("%s: %w: %v", name, providers.ErrNotCharged, err)
+	}
 	resp, err := c.Do(req.WithContext(ctx))
 	if err != nil {
 		if NeverSent(err) {
@@ -131,6 +136,25 @@ func Do(ctx context.Context, c *http.Client, name string, req *http.Request) (Re
 		return Response{}, fmt.Errorf("%s: %w: reading HTTP %d answer failed", name, providers.ErrUnknown, resp.StatusCode)
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// sendable refuses a header net/http would refuse to send (a secret with a
+// control character pasted in, say), so that it is known for what it is —
+// a request that never left — and not an unknown outcome: net/http's own
+// refusal is an untyped error NeverSent cannot tell from a broken
+// connection. The error names the header, never its value.
+func sendable(h http.Header) error {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
 }
 
 // NeverSent reports whether a client error happened before any byte of the

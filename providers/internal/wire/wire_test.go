@@ -1,9 +1,11 @@
 package wire
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +19,31 @@ func TestNeverSent(t *testing.T) {
 	require.True(t, NeverSent(&net.DNSError{Err: "no such host", Name: "x"}))
 	require.False(t, NeverSent(&net.OpError{Op: "read", Err: errors.New("connection reset")}))
 	require.False(t, NeverSent(errors.New("EOF")))
+}
+
+// A header net/http would refuse to send (a secret pasted with a newline)
+// is a request that never left: not charged, and the secret never in the
+// error. A good one is sent.
+func TestUnsendableHeaderIsNeverSent(t *testing.T) {
+	t.Parallel()
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits++ }))
+	defer srv.Close()
+	for _, secret := range []string{"sk_test_abc\n", "sk_test_\x00abc", "sk_\rtest", "sk\x7f"} {
+		req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		_, err = Do(context.Background(), srv.Client(), "test", req)
+		require.ErrorIs(t, err, providers.ErrNotCharged, "%q", secret)
+		require.NotContains(t, err.Error(), "sk_", "the secret is not in the error")
+	}
+	require.Zero(t, hits)
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk_test_abc\tdef")
+	_, err = Do(context.Background(), srv.Client(), "test", req)
+	require.NoError(t, err)
+	require.Equal(t, 1, hits)
 }
 
 func TestStatusClass(t *testing.T) {
