@@ -153,21 +153,25 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			return errMismatch
 		}
 		r = existing
+		// The key names its refund, as newRefund's does: a key claimed
+		// afresh after a release is a new row, and a settler that found
+		// none there would take it for a payment's (Settle).
+		if claim.ResourceID != r.ID {
+			if err := s.keys.SetResource(ctx, tx, claim, r.ID); err != nil {
+				return err
+			}
+		}
 		from, fromCode, fromAttempts := r.Status, r.FailureCode, r.Attempts
 		switch {
 		case r.retryable():
 			// Released after a certain non-refund: a new attempt, with the
-			// same reference, whose amount is reserved again.
-			amount := r.Amount
-			if in.Amount != 0 {
-				amount = in.Amount
-			}
-			ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+			// same reference, whose amount is reserved again — what this
+			// request asks for, which may differ from the first attempt
+			// (nothing was refunded for that one): without an amount, all
+			// that is left now.
+			_, amount, err := s.reserveAmount(ctx, tx, merchantID, paymentID, in.Amount)
 			if err != nil {
 				return err
-			}
-			if !ok {
-				return s.whyNotReserved(ctx, tx, merchantID, paymentID)
 			}
 			r.Amount, r.Reason, r.Metadata = amount, in.Reason, in.Metadata
 			r.Status = RefundPending
@@ -199,40 +203,9 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 const fullRefundAttempts = 5
 
 func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.Claim, merchantID, paymentID string, in refundInput, r *Refund) error {
-	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
-	if errors.Is(err, ErrNotFound) {
-		return refundClaimErr{errPaymentNotFound}
-	}
+	p, amount, err := s.reserveAmount(ctx, tx, merchantID, paymentID, in.Amount)
 	if err != nil {
 		return err
-	}
-	var amount int64
-	for attempt := 1; ; attempt++ {
-		if p.Status != StatusSucceeded {
-			return refundClaimErr{errNotRefundable}
-		}
-		amount = in.Amount
-		if amount == 0 {
-			amount = p.Amount - p.AmountRefunded
-		}
-		if amount <= 0 {
-			return refundClaimErr{exceedsRemaining(0)}
-		}
-		ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
-		if err != nil {
-			return err
-		}
-		if ok {
-			break
-		}
-		if in.Amount != 0 || attempt == fullRefundAttempts {
-			return s.whyNotReserved(ctx, tx, merchantID, paymentID)
-		}
-		// "All that is left" read before another refund reserved part of
-		// it: what is left is less now, and still this request's to take.
-		if p, err = s.store.getTx(ctx, tx, merchantID, paymentID); err != nil {
-			return err
-		}
 	}
 	*r = Refund{
 		MerchantID: merchantID, ID: ids.New("re_"), PaymentID: paymentID, IdempotencyKey: claim.Key,
@@ -250,6 +223,45 @@ func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.
 	}
 	// The key names its refund, so a settler knows what it holds.
 	return s.keys.SetResource(ctx, tx, claim, r.ID)
+}
+
+// reserveAmount reserves want on the payment, or all that is left of it
+// when want is zero, and returns the payment as read and the amount.
+func (s *Service) reserveAmount(ctx context.Context, tx *gorm.DB, merchantID, paymentID string, want int64) (Payment, int64, error) {
+	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
+	if errors.Is(err, ErrNotFound) {
+		return Payment{}, 0, refundClaimErr{errPaymentNotFound}
+	}
+	if err != nil {
+		return Payment{}, 0, err
+	}
+	for attempt := 1; ; attempt++ {
+		if p.Status != StatusSucceeded {
+			return Payment{}, 0, refundClaimErr{errNotRefundable}
+		}
+		amount := want
+		if amount == 0 {
+			amount = p.Amount - p.AmountRefunded
+		}
+		if amount <= 0 {
+			return Payment{}, 0, refundClaimErr{exceedsRemaining(0)}
+		}
+		ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+		if err != nil {
+			return Payment{}, 0, err
+		}
+		if ok {
+			return p, amount, nil
+		}
+		if want != 0 || attempt == fullRefundAttempts {
+			return Payment{}, 0, s.whyNotReserved(ctx, tx, merchantID, paymentID)
+		}
+		// "All that is left" read before another refund reserved part of
+		// it: what is left is less now, and still this request's to take.
+		if p, err = s.store.getTx(ctx, tx, merchantID, paymentID); err != nil {
+			return Payment{}, 0, err
+		}
+	}
 }
 
 // whyNotReserved reads why a reservation did not fit, after the fact.

@@ -503,3 +503,100 @@ func TestRefundWebhookSettlesAPendingRefund(t *testing.T) {
 	again := g.Do("POST", hook, raw, headerPairs(h)...)
 	require.Equal(t, "final", again.JSON(t)["status"], "a duplicate event is harmless")
 }
+
+// A refund's key names its refund however it was claimed: one retried
+// after a release (a new key row) used to have no resource, so the
+// sweeper settled it as a payment's key — released it, leaving the refund
+// the provider made pending for good; or, where a purged payment had used
+// the same key string, completed it with that payment's answer. Also for
+// such keys left by the version before (no resource): the sweeper finds
+// the refund by key and fingerprint.
+func TestRefundRetriedAfterARelease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		purgedPayment bool // the key string was a payment's, its answer purged
+		legacyKey     bool // the retry's key left without its resource, as before the fix
+	}{
+		{name: "SweptAsARefund"},
+		{name: "KeyOfAPurgedPayment", purgedPayment: true},
+		{name: "LegacyKeyWithoutResource", legacyKey: true},
+		{name: "LegacyKeyOfAPurgedPayment", purgedPayment: true, legacyKey: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t)
+			m := g.Onboard(nil)
+			id := paid(t, g, m, "p", 5000)
+			if tc.purgedPayment {
+				paid(t, g, m, "k", 700)
+				ageKeys(t, g, 100*time.Hour)
+				n, err := g.App.Keys.PurgeDone(context.Background(), 72*time.Hour, 0)
+				require.NoError(t, err)
+				require.EqualValues(t, 2, n)
+			}
+			first := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
+			require.Equal(t, http.StatusServiceUnavailable, first.StatusCode, string(first.Body))
+			lost := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_timeout"})
+			require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+			require.Equal(t, 1, simRefunds(t, g, m.ID, "k"), "the provider refunded")
+			refundID := lost.JSON(t)["id"].(string)
+
+			rec, err := g.App.Keys.Get(context.Background(), m.ID, "k")
+			require.NoError(t, err)
+			require.Equal(t, refundID, rec.ResourceID, "the retry's key names its refund")
+			if tc.legacyKey {
+				require.NoError(t, g.App.DB().Exec(`UPDATE idempotency_keys SET resource_id = '' WHERE merchant_id = ? AND key = 'k'`, m.ID).Error)
+			}
+
+			ageKeys(t, g, time.Hour)
+			c := sweep(t, g)
+			require.EqualValues(t, 1, c.Resolved, "%+v", c)
+			refund := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+			require.Equal(t, "succeeded", refund["status"], "the provider refunded: so does the ledger")
+			require.EqualValues(t, 1000, amountRefunded(t, g, m, id))
+
+			retry := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_timeout"})
+			require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+			require.Equal(t, "refund", retry.JSON(t)["object"], "a refund's key never answers a payment")
+			require.Equal(t, refundID, retry.JSON(t)["id"])
+			require.Equal(t, 1, simRefunds(t, g, m.ID, "k"), "refunded once")
+		})
+	}
+}
+
+// A refund retried after a certain non-refund (503) may change its body;
+// without an amount it takes all that is left now, not the amount the
+// failed attempt asked for.
+func TestRefundRetryWithoutAmountTakesWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+
+	id := paid(t, g, m, "p1", 5000)
+	r := refundOf(g, m, id, "r1", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+	r = refundOf(g, m, id, "r1", map[string]any{})
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	require.EqualValues(t, 5000, r.JSON(t)["amount"])
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+
+	id = paid(t, g, m, "p2", 5000)
+	r = refundOf(g, m, id, "r2", map[string]any{"reason": "sim_unavailable"})
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+	r = refundOf(g, m, id, "r3", map[string]any{"amount": 2000})
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	r = refundOf(g, m, id, "r2", map[string]any{})
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	require.EqualValues(t, 3000, r.JSON(t)["amount"])
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+
+	// With an amount, that amount, as before.
+	id = paid(t, g, m, "p3", 5000)
+	r = refundOf(g, m, id, "r4", map[string]any{"reason": "sim_unavailable"})
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+	r = refundOf(g, m, id, "r4", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	require.EqualValues(t, 1500, r.JSON(t)["amount"])
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+}

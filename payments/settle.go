@@ -44,10 +44,43 @@ const (
 // Its lookups are paced (SWEEP_PROVIDER_RATE).
 func (s *Service) Settle(ctx context.Context, claim idempotency.Claim) (Settlement, error) {
 	ctx = paced(ctx)
+	mayRelease := claim.SinceAttempt >= s.cfg.StaleAfter
 	if strings.HasPrefix(claim.ResourceID, "re_") {
-		return s.settleRefund(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
+		return s.settleRefund(ctx, claim, mayRelease)
 	}
-	return s.settle(ctx, claim, claim.SinceAttempt >= s.cfg.StaleAfter)
+	if claim.ResourceID == "" {
+		// A refund's key names its refund from its first commit on; one
+		// claimed again after a release by a version before 2026-12-07
+		// does not. Its refund, last sent by the key's request (the same
+		// fingerprint), is found by key — before a payment of the same
+		// key string, whose answer may have been purged long ago.
+		refund, err := s.refundOfKey(ctx, claim)
+		if err != nil {
+			return "", err
+		}
+		if refund {
+			return s.settleRefund(ctx, claim, mayRelease)
+		}
+	}
+	return s.settle(ctx, claim, mayRelease)
+}
+
+// refundOfKey reports whether claim's key, which names no resource, is a
+// refund's: a refund has the key, and the key's request is the one that
+// refund last went out with.
+func (s *Service) refundOfKey(ctx context.Context, claim idempotency.Claim) (bool, error) {
+	r, err := s.store.RefundByKey(ctx, nil, claim.MerchantID, claim.Key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil // the common case: a payment's key
+	}
+	if err != nil {
+		return false, err
+	}
+	rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+	if err != nil {
+		return false, err
+	}
+	return rec.RequestHash == r.RequestHash, nil
 }
 
 // settle is Settle; mayRelease says whether "the provider does not know the
