@@ -114,7 +114,8 @@ func TestEndpointsAPI(t *testing.T) {
 		for _, path := range []string{"/v1/webhook_endpoints/we_%00", "/v1/events/evt_zz", "/v1/webhook_endpoints/nope/deliveries"} {
 			require.Equal(t, http.StatusNotFound, g.Get(m, path).StatusCode, path)
 		}
-		for _, q := range []string{"type=payment.exploded", "limit=0", "limit=101", "cursor=%00", "cursor=bm9wZQ", "created_from=yesterday"} {
+		for _, q := range []string{"type=payment.exploded", "limit=0", "limit=101", "cursor=%00", "cursor=bm9wZQ", "created_from=yesterday",
+			"created_from=9999-12-31T23:59:59-23:59"} { // the year 10000 in UTC
 			r := g.Get(m, "/v1/events?"+q)
 			require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
 			require.Equal(t, "invalid_request", r.Code(t), q)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/reqjson"
+	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/idempotency"
 )
 
@@ -380,9 +381,9 @@ func (h *Handler) list(c *fiber.Ctx) error {
 		return invalid("type", "must be one of "+strings.Join(Types, ", "))
 	}
 	if v := c.Query("created_from"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
+		t, err := reqtime.Parse(v)
 		if err != nil {
-			return invalid("created_from", "must be an RFC 3339 time")
+			return invalid("created_from", "must be an RFC 3339 time within the years 0001-9999 in UTC")
 		}
 		p.CreatedFrom = &t
 	}

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strings"
@@ -123,7 +124,8 @@ func TestOperatorDesk(t *testing.T) {
 		require.False(t, before[ida] || before[idb] || before[ide])
 		upTo := idsOf("created_to=" + future)
 		require.True(t, upTo[ida] && upTo[idb] && upTo[ide])
-		for _, q := range []string{"status=bogus", "created_from=yesterday", "limit=0", "cursor=%00", "tenant_id=%00", "email=%00"} {
+		for _, q := range []string{"status=bogus", "created_from=yesterday", "limit=0", "cursor=%00", "tenant_id=%00", "email=%00",
+			"created_from=9999-12-31T23:59:59-23:59", "created_to=0001-01-01T00:00:00%2B00:01"} { // outside 0001-9999 in UTC
 			r := adminDo(g, "GET", "/admin/v1/payments?"+q, nil)
 			require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
 		}
@@ -251,6 +253,8 @@ func TestOperatorDesk(t *testing.T) {
 		require.Equal(t, 3, ids("created_from="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))))
 		require.Equal(t, 0, ids("created_to="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))))
 		for _, q := range []string{"metadata[a%22b]=1", "metadata[x]=%00", "created_from=now",
+			"created_from=9999-12-31T23:59:59-23:59", // the year 10000 in UTC
+			"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("9999-12-31T23:59:59-23:59|pay_x")),
 			strings.Repeat("metadata[k]=v&", 1) + "metadata[a]=1&metadata[b]=1&metadata[c]=1&metadata[d]=1&metadata[e]=1"} {
 			require.Equal(t, http.StatusBadRequest, g.Get(m, "/v1/payments?"+q).StatusCode, q)
 		}

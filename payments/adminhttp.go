@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/reqjson"
+	"github.com/oncepay/gateway/app/reqtime"
 )
 
 // AdminRoutes mounts the operator desk on r, the admin group (already
@@ -332,9 +333,9 @@ func createdRange(c *fiber.Ctx) (from, to *time.Time, err error) {
 		if v == "" {
 			return nil, nil
 		}
-		t, err := time.Parse(time.RFC3339Nano, v)
+		t, err := reqtime.Parse(v)
 		if err != nil {
-			return nil, problem.Invalid(problem.FieldError{Field: field, Reason: "must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"})
+			return nil, problem.Invalid(problem.FieldError{Field: field, Reason: "must be an RFC 3339 time within the years 0001-9999 in UTC, e.g. 2026-12-01T00:00:00Z"})
 		}
 		return &t, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/idempotency"
 )
 
@@ -306,11 +307,11 @@ func decodeCursor(s string) (Cursor, error) {
 	if !ok || id == "" {
 		return Cursor{}, errors.New("payments: malformed cursor")
 	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
+	t, err := reqtime.Parse(ts)
 	if err != nil {
 		return Cursor{}, err
 	}
-	return Cursor{CreatedAt: t.UTC(), ID: id}, nil
+	return Cursor{CreatedAt: t, ID: id}, nil
 }
 
 // createRefund godoc
