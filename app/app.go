@@ -274,11 +274,15 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		BodyLimit:             BodyLimit,
 		ErrorHandler:          errorHandler(log),
 		DisableStartupMessage: true,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           120 * time.Second,
+		// No route takes a form: a multipart body is read (and refused)
+		// by the handler like any other, not parsed by the server first.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  30 * time.Second,
+		WriteTimeout:                 30 * time.Second,
+		IdleTimeout:                  120 * time.Second,
 	})
 	a.routes()
+	a.fiber.Server().Handler = knownMethodsOnly(log, a.fiber.Server().Handler)
 	if a.Metrics != nil && cfg.Metrics.Addr != "" {
 		// Bound now, so a bad address fails at start and MetricsAddr is
 		// known before Serve; connections queue until Serve accepts them.

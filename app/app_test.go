@@ -87,6 +87,10 @@ func TestAdminBodyOver1MiBIs413(t *testing.T) {
 	r := g.Oversized("POST", "/admin/v1/tenants", app.BodyLimit+1, "Authorization", "Bearer "+apptest.AdminKey)
 	require.Equal(t, http.StatusRequestEntityTooLarge, r.StatusCode)
 	require.Equal(t, "body_too_large", r.Code(t))
+	// Refused by the server before any middleware: an id all the same.
+	require.NotEmpty(t, r.Header.Get("X-Request-Id"))
+	require.Equal(t, r.Header.Get("X-Request-Id"), r.JSON(t)["request_id"])
+	require.Contains(t, g.Logs.String(), `"request_id":"`+r.Header.Get("X-Request-Id")+`"`, "and it is logged")
 }
 
 // TestGracefulShutdownDrainsInFlightRequests sends SIGTERM to the real

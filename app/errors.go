@@ -3,8 +3,11 @@ package app
 import (
 	"errors"
 	"log/slog"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
 
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/problem"
@@ -23,6 +26,7 @@ var fiberCodes = map[int]string{
 	fiber.StatusTooManyRequests:             "rate_limited",
 	fiber.StatusRequestTimeout:              "request_timeout",
 	fiber.StatusServiceUnavailable:          "unavailable",
+	fiber.StatusNotImplemented:              "method_not_implemented",
 }
 
 // errorHandler is the one place an error becomes a response: a *Problem is
@@ -30,6 +34,16 @@ var fiberCodes = map[int]string{
 // a 500 whose real cause is logged (with the request id) but never sent.
 func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 	return func(c *fiber.Ctx, err error) error {
+		// No request id: the HTTP server refused the request before any
+		// middleware ran (a body over the limit, headers too large, bytes
+		// that are not HTTP). Its answer still carries an id, and it is
+		// logged once, in place of the access log's line.
+		early := problem.RequestID(c) == ""
+		if early {
+			id := uuid.NewString()
+			c.Locals("requestid", id)
+			c.Set(fiber.HeaderXRequestID, id)
+		}
 		if p, ok := problem.As(err); ok {
 			return problem.Write(c, p)
 		}
@@ -40,11 +54,19 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 				code = "http_error"
 			}
 			detail := fe.Message
-			if fe.Code == fiber.StatusRequestEntityTooLarge {
+			switch {
+			case fe.Code == fiber.StatusRequestEntityTooLarge:
 				detail = "the request body exceeds 1 MiB"
-			}
-			if fe.Code >= 500 {
+			case fe.Code >= 500:
 				detail = ""
+			case early && fe.Code == fiber.StatusBadRequest:
+				// The server's parse error quotes the request's bytes.
+				detail = "the request is not well-formed HTTP/1.1"
+			}
+			if early {
+				log.InfoContext(c.UserContext(), "request refused by the HTTP server",
+					slog.String("request_id", problem.RequestID(c)), slog.Int("status", fe.Code), slog.String("code", code),
+					slog.String("remote", c.IP()), slog.String("reason", truncate(fe.Message, 200)))
 			}
 			return problem.Write(c, problem.New(fe.Code, code, detail))
 		}
@@ -67,5 +89,45 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			slog.Any("error", err))
 		return problem.Write(c, problem.New(fiber.StatusInternalServerError, "internal",
 			"an internal error occurred; quote the request_id to support"))
+	}
+}
+
+// truncate is s cut to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// knownMethods are the methods Fiber routes (its DefaultMethods); it
+// answers any other itself, before the error handler, in plain text.
+var knownMethods = map[string]bool{
+	fiber.MethodGet: true, fiber.MethodHead: true, fiber.MethodPost: true, fiber.MethodPut: true,
+	fiber.MethodDelete: true, fiber.MethodConnect: true, fiber.MethodOptions: true, fiber.MethodTrace: true,
+	fiber.MethodPatch: true,
+}
+
+// knownMethodsOnly answers a request whose method Fiber does not know as
+// every refusal is answered: a problem with a stable code and a request
+// id, logged as the error handler logs the server's own refusals.
+func knownMethodsOnly(log *slog.Logger, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if knownMethods[string(ctx.Method())] {
+			next(ctx)
+			return
+		}
+		id := uuid.NewString()
+		log.Info("request refused by the HTTP server", slog.String("request_id", id),
+			slog.Int("status", fiber.StatusNotImplemented), slog.String("code", "method_not_implemented"),
+			slog.String("remote", ctx.RemoteIP().String()), slog.String("reason", "unknown method"))
+		p := problem.New(fiber.StatusNotImplemented, "method_not_implemented", "the request's method is not one this server knows")
+		ctx.Response.Header.Set(fiber.HeaderXRequestID, id)
+		ctx.SetContentType(problem.ContentType)
+		ctx.SetStatusCode(p.Status)
+		ctx.SetBody(p.Body(id))
 	}
 }

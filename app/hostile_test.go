@@ -180,6 +180,15 @@ func TestHostileInput(t *testing.T) {
 		{name: "IdempotencyKeyHighBytes", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: caf\xc3\xa9\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "idempotency_key_invalid"},
 		{name: "IdempotencyKeyTwice", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "idempotency_key_invalid"},
 		{name: "IdempotencyKeyHuge", method: "POST", path: "/v1/payments", body: pay(""), headers: key(strings.Repeat("k", 600)), status: 400, code: "idempotency_key_invalid"},
+
+		// Refused by the HTTP server itself, before any middleware: still
+		// a problem with a request id, and nothing of the request quoted.
+		{name: "MultipartBody", method: "POST", path: "/v1/payments", body: []byte("x"), headers: []string{"Authorization", bearer, "Idempotency-Key", "h15", "Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
+		{name: "MultipartBodyUnauthenticated", method: "POST", path: "/v1/auth/token", body: []byte("--x\r\nbroken"), headers: []string{"Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
+		{name: "NotHTTP", raw: "secret-ish\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "BadContentLength", raw: "POST /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\nContent-Length: abc\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "UnknownMethod", raw: "\x00\x01GET\x00 /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\n\r\n", status: 501, code: "method_not_implemented"},
+		{name: "UnknownMethodWord", raw: "BREW /v1/payments HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n\r\n", status: 501, code: "method_not_implemented"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -197,6 +206,10 @@ func TestHostileInput(t *testing.T) {
 			var p map[string]any
 			require.NoError(t, json.Unmarshal(got.Body, &p), "%s", got.Body)
 			require.Equal(t, r.code, p["code"], "%s", got.Body)
+			require.NotEmpty(t, p["request_id"], "%s", got.Body)
+			require.Equal(t, p["request_id"], got.Header.Get("X-Request-Id"))
+			require.NotContains(t, string(got.Body), "secret-ish", "nothing of the request is quoted")
+			require.NotContains(t, string(got.Body), "multipart:", "nor the parser's own words")
 		})
 	}
 	t.Run("NothingWasChargedOrLoggedAsAnError", func(t *testing.T) {
