@@ -572,31 +572,27 @@ func TestRefundRetryWithoutAmountTakesWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	g := apptest.Start(t)
 	m := g.Onboard(nil)
-
-	id := paid(t, g, m, "p1", 5000)
-	r := refundOf(g, m, id, "r1", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
-	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
-	r = refundOf(g, m, id, "r1", map[string]any{})
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	require.EqualValues(t, 5000, r.JSON(t)["amount"])
-	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
-
-	id = paid(t, g, m, "p2", 5000)
-	r = refundOf(g, m, id, "r2", map[string]any{"reason": "sim_unavailable"})
-	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
-	r = refundOf(g, m, id, "r3", map[string]any{"amount": 2000})
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	r = refundOf(g, m, id, "r2", map[string]any{})
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	require.EqualValues(t, 3000, r.JSON(t)["amount"])
-	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
-
-	// With an amount, that amount, as before.
-	id = paid(t, g, m, "p3", 5000)
-	r = refundOf(g, m, id, "r4", map[string]any{"reason": "sim_unavailable"})
-	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
-	r = refundOf(g, m, id, "r4", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	require.EqualValues(t, 1500, r.JSON(t)["amount"])
-	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+	for i, tc := range []struct {
+		first   map[string]any // answered 503
+		between int64          // another key refunds this much first (0: none)
+		retry   map[string]any
+		want    int64
+	}{
+		{first: map[string]any{"amount": 1000, "reason": "sim_unavailable"}, retry: map[string]any{}, want: 5000},
+		{first: map[string]any{"reason": "sim_unavailable"}, between: 2000, retry: map[string]any{}, want: 3000},
+		{first: map[string]any{"reason": "sim_unavailable"}, retry: map[string]any{"amount": 1500}, want: 1500},
+	} {
+		id := paid(t, g, m, fmt.Sprint("p", i), 5000)
+		key := fmt.Sprint("r", i)
+		r := refundOf(g, m, id, key, tc.first)
+		require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(r.Body))
+		if tc.between > 0 {
+			r = refundOf(g, m, id, key+"-other", map[string]any{"amount": tc.between})
+			require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+		}
+		r = refundOf(g, m, id, key, tc.retry)
+		require.Equal(t, http.StatusCreated, r.StatusCode, "%d: %s", i, r.Body)
+		require.EqualValues(t, tc.want, r.JSON(t)["amount"], "%d", i)
+		require.EqualValues(t, tc.want+tc.between, amountRefunded(t, g, m, id), "%d", i)
+	}
 }
