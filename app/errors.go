@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"log/slog"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
@@ -64,9 +63,11 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 				detail = "the request is not well-formed HTTP/1.1"
 			}
 			if early {
+				// Not the server's own message: it quotes the request's
+				// bytes, an Authorization header among them.
 				log.InfoContext(c.UserContext(), "request refused by the HTTP server",
 					slog.String("request_id", problem.RequestID(c)), slog.Int("status", fe.Code), slog.String("code", code),
-					slog.String("remote", c.IP()), slog.String("reason", truncate(fe.Message, 200)))
+					slog.String("remote", c.IP()))
 			}
 			return problem.Write(c, problem.New(fe.Code, code, detail))
 		}
@@ -92,17 +93,6 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 	}
 }
 
-// truncate is s cut to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // knownMethods are the methods Fiber routes (its DefaultMethods); it
 // answers any other itself, before the error handler, in plain text.
 var knownMethods = map[string]bool{
@@ -123,7 +113,7 @@ func knownMethodsOnly(log *slog.Logger, next fasthttp.RequestHandler) fasthttp.R
 		id := uuid.NewString()
 		log.Info("request refused by the HTTP server", slog.String("request_id", id),
 			slog.Int("status", fiber.StatusNotImplemented), slog.String("code", "method_not_implemented"),
-			slog.String("remote", ctx.RemoteIP().String()), slog.String("reason", "unknown method"))
+			slog.String("remote", ctx.RemoteIP().String()))
 		p := problem.New(fiber.StatusNotImplemented, "method_not_implemented", "the request's method is not one this server knows")
 		ctx.Response.Header.Set(fiber.HeaderXRequestID, id)
 		ctx.SetContentType(problem.ContentType)

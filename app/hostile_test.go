@@ -186,7 +186,9 @@ func TestHostileInput(t *testing.T) {
 		{name: "MultipartBody", method: "POST", path: "/v1/payments", body: []byte("x"), headers: []string{"Authorization", bearer, "Idempotency-Key", "h15", "Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
 		{name: "MultipartBodyUnauthenticated", method: "POST", path: "/v1/auth/token", body: []byte("--x\r\nbroken"), headers: []string{"Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
 		{name: "NotHTTP", raw: "secret-ish\r\n\r\n", status: 400, code: "invalid_request"},
-		{name: "BadContentLength", raw: "POST /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\nContent-Length: abc\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "BadContentLength", raw: "POST /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nContent-Length: abc\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "AuditCursorYear10000", method: "GET", path: "/admin/v1/audit-events?cursor=" + cursor("253402300800000000.aud_x"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
+		{name: "TenantsCursorYear10000", method: "GET", path: "/admin/v1/tenants?cursor=" + cursor("253402300800000000.ten_x"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
 		{name: "UnknownMethod", raw: "\x00\x01GET\x00 /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\n\r\n", status: 501, code: "method_not_implemented"},
 		{name: "UnknownMethodWord", raw: "BREW /v1/payments HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n\r\n", status: 501, code: "method_not_implemented"},
 	}
@@ -219,5 +221,8 @@ func TestHostileInput(t *testing.T) {
 		for _, line := range strings.Split(g.Logs.String(), "\n") {
 			require.NotContains(t, line, `"level":"ERROR"`, fmt.Sprintf("an error-level log line: %s", line))
 		}
+		require.NotContains(t, g.Logs.String(), m.Token, "no token is logged, even from a request the server could not read")
+		require.NotContains(t, g.Logs.String(), "secret-ish", "nor any of such a request's bytes")
+		require.NotContains(t, g.Logs.String(), strings.TrimPrefix(admin, "Bearer "))
 	})
 }

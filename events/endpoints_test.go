@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -115,7 +116,8 @@ func TestEndpointsAPI(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, g.Get(m, path).StatusCode, path)
 		}
 		for _, q := range []string{"type=payment.exploded", "limit=0", "limit=101", "cursor=%00", "cursor=bm9wZQ", "created_from=yesterday",
-			"created_from=9999-12-31T23:59:59-23:59"} { // the year 10000 in UTC
+			"created_from=9999-12-31T23:59:59-23:59", // the year 10000 in UTC
+			"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("253402300800000000.evt_x"))} {
 			r := g.Get(m, "/v1/events?"+q)
 			require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
 			require.Equal(t, "invalid_request", r.Code(t), q)

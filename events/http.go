@@ -506,5 +506,9 @@ func parseCursor(s string) (Cursor, bool) {
 	if !ok || err != nil {
 		return Cursor{}, false
 	}
-	return Cursor{CreatedAt: time.UnixMicro(n).UTC(), ID: id}, true
+	at, err := reqtime.UnixMicro(n)
+	if err != nil {
+		return Cursor{}, false
+	}
+	return Cursor{CreatedAt: at, ID: id}, true
 }

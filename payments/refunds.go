@@ -165,11 +165,18 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 		switch {
 		case r.retryable():
 			// Released after a certain non-refund: a new attempt, with the
-			// same reference, whose amount is reserved again — what this
-			// request asks for, which may differ from the first attempt
-			// (nothing was refunded for that one): without an amount, all
-			// that is left now.
-			_, amount, err := s.reserveAmount(ctx, tx, merchantID, paymentID, in.Amount)
+			// same reference, whose amount is reserved again. After the
+			// provider was unavailable (it never had the refund), what
+			// this request asks for — its body may differ — and without an
+			// amount all that is left now. After not_processed the same
+			// reference is sent again, which the provider dedupes to the
+			// refund it may have made after all: the first attempt's
+			// amount, however much is left now.
+			want := in.Amount
+			if fromCode == FailureNotProcessed {
+				want = r.Amount
+			}
+			_, amount, err := s.reserveAmount(ctx, tx, merchantID, paymentID, want)
 			if err != nil {
 				return err
 			}

@@ -596,3 +596,43 @@ func TestRefundRetryWithoutAmountTakesWhatIsLeft(t *testing.T) {
 		require.EqualValues(t, tc.want+tc.between, amountRefunded(t, g, m, id), "%d", i)
 	}
 }
+
+// A refund released as not_processed is sent again with the same
+// reference, which the provider dedupes to the refund it may have made
+// after all: the retry reserves the first attempt's amount, not "all that
+// is left" now, or the ledger would record what the provider never
+// refunded.
+func TestRefundRedriveAfterNotProcessedKeepsItsAmount(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	id := paid(t, g, m, "p", 5000)
+	refA := providers.RefundReference(m.ID, "a")
+	refC := providers.RefundReference(m.ID, "c")
+
+	c := refundOf(g, m, id, "c", map[string]any{"amount": 2000, "reason": "sim_pending"})
+	require.Equal(t, http.StatusAccepted, c.StatusCode, string(c.Body))
+	a := refundOf(g, m, id, "a", map[string]any{"reason": "sim_timeout"}) // all that is left: 3000
+	require.Equal(t, http.StatusAccepted, a.StatusCode, string(a.Body))
+	require.EqualValues(t, 3000, a.JSON(t)["amount"])
+
+	// The provider's lookup does not see A yet (its index lags), and C
+	// is declined: the sweeper releases A as not_processed, fails C, and
+	// all 5000 is left.
+	db := g.App.DB()
+	require.NoError(t, db.Exec(`UPDATE simulator_refunds SET reference = 'hidden' WHERE reference = ?`, refA).Error)
+	require.NoError(t, db.Exec(`UPDATE simulator_refunds SET status = 'declined' WHERE reference = ?`, refC).Error)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	require.EqualValues(t, 0, amountRefunded(t, g, m, id))
+	require.NoError(t, db.Exec(`UPDATE simulator_refunds SET reference = ? WHERE reference = 'hidden'`, refA).Error)
+
+	retry := refundOf(g, m, id, "a", map[string]any{"reason": "sim_timeout"}) // the same request
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.EqualValues(t, 3000, retry.JSON(t)["amount"])
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	var refunded int64
+	require.NoError(t, db.Raw(`SELECT amount FROM simulator_refunds WHERE reference = ?`, refA).Scan(&refunded).Error)
+	require.EqualValues(t, 3000, refunded, "the provider refunded once, 3000")
+	require.EqualValues(t, 3000, amountRefunded(t, g, m, id), "and so says the ledger")
+}

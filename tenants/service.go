@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/audit"
+	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/providers"
 )
 
@@ -750,7 +751,11 @@ func decodeCursor(s string) (pageKey, error) {
 	if err != nil || n < 0 {
 		return pageKey{}, errBad
 	}
-	return pageKey{CreatedAt: time.UnixMicro(n).UTC(), ID: id}, nil
+	at, err := reqtime.UnixMicro(n)
+	if err != nil {
+		return pageKey{}, errBad
+	}
+	return pageKey{CreatedAt: at, ID: id}, nil
 }
 
 // principal is what the middleware needs about a token's subject.

@@ -5,11 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqtime"
 )
 
 // Handler serves the log to operators.
@@ -100,7 +100,11 @@ func decodeCursor(s string) (Position, bool) {
 	if !ok || err != nil || !printableID(id) {
 		return Position{}, false
 	}
-	return Position{At: time.UnixMicro(n).UTC(), ID: id}, true
+	at, err := reqtime.UnixMicro(n)
+	if err != nil {
+		return Position{}, false
+	}
+	return Position{At: at, ID: id}, true
 }
 
 // printableID is an id's shape: short, lowercase letters, digits and '_'.

@@ -1,5 +1,6 @@
 // Package reqtime reads the times clients send: filters in query
-// parameters, and the times inside cursors.
+// parameters, and the times inside cursors (RFC 3339, or microseconds
+// since the epoch).
 //
 // A time must be RFC 3339 and, in UTC, within the years 0001–9999.
 // time.Parse accepts 9999-12-31T23:59:59-23:59, which is in the year
@@ -22,7 +23,16 @@ func Parse(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	t = t.UTC()
+	return inRange(t.UTC())
+}
+
+// UnixMicro is the time n microseconds after the Unix epoch, in UTC: the
+// time in a cursor that spells it that way.
+func UnixMicro(n int64) (time.Time, error) {
+	return inRange(time.UnixMicro(n).UTC())
+}
+
+func inRange(t time.Time) (time.Time, error) {
 	if y := t.Year(); y < 1 || y > 9999 {
 		return time.Time{}, ErrOutOfRange
 	}

@@ -40,6 +40,19 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestUnixMicro(t *testing.T) {
+	t.Parallel()
+	at, err := reqtime.UnixMicro(1796601600000000)
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), at)
+	for _, n := range []int64{253402300800000000, -62135596800000001, 1 << 62, -(1 << 62)} { // the year 10000, the year 0, beyond
+		_, err := reqtime.UnixMicro(n)
+		require.ErrorIs(t, err, reqtime.ErrOutOfRange, n)
+	}
+	_, err = reqtime.UnixMicro(253402300799999999) // the last microsecond of 9999
+	require.NoError(t, err)
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"2026-12-01T00:00:00Z", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+00:01", "x"} {
 		f.Add(s)
