@@ -616,5 +616,110 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 			settled++
 		}
 	}
+	released, err := s.store.releasedRefunds(ctx, p.MerchantID, p.ID)
+	if err != nil {
+		return settled, deferred, err
+	}
+	for _, r := range released {
+		if refundReference != "" && r.ProviderReference != refundReference {
+			continue
+		}
+		st, err := s.recheckRefund(ctx, r)
+		if err != nil {
+			return settled, deferred, err
+		}
+		if st == Reopened {
+			settled++
+		}
+	}
 	return settled, deferred, nil
+}
+
+// A refund, like a charge, can land after the provider said it had none:
+// released as not_processed, it is provisional. The app's retry with the
+// key sends the same reference again, which the provider dedupes to the
+// refund it made; and a provider's signed refund event for the payment
+// makes the gateway look again (recheckRefund). If the provider has the
+// refund succeeded, the refund is re-opened to succeeded — its amount
+// reserved again and its key re-created done with the answer, so a retry
+// replays it.
+
+// recheckRefund looks a refund released as not_processed up once more and
+// re-opens it when the provider refunded it after all. Anything else (not
+// found, failed, still pending: a later event tells) leaves it as it is.
+func (s *Service) recheckRefund(ctx context.Context, r Refund) (Settlement, error) {
+	if err := s.pace(ctx, r.Provider, time.Time{}); err != nil {
+		return "", err
+	}
+	res, err := s.lookupRefund(ctx, &r)
+	if err != nil {
+		return "", err
+	}
+	if res.Outcome != providers.OutcomeSucceeded {
+		return Pending, nil
+	}
+	ctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	return s.reopenRefundSucceeded(ctx, r, res)
+}
+
+// reopenRefundSucceeded records a refund released as not_processed as
+// succeeded, in one transaction that writes in the request path's order —
+// the key, then the payment's reservation, then the refund — so a retry
+// claiming the key at the same moment waits on it (or it on the retry)
+// instead of deadlocking. Skipped when the refund moved on since it was
+// read (a retry re-opened it and settles it itself).
+func (s *Service) reopenRefundSucceeded(ctx context.Context, read Refund, res providers.RefundResult) (Settlement, error) {
+	f := refundParams{Status: RefundSucceeded, RefundID: res.RefundID, At: s.now()}
+	var r Refund
+	taken := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if r, err = s.store.RefundByKey(ctx, tx, read.MerchantID, read.IdempotencyKey); err != nil {
+			return err
+		}
+		if r.ID != read.ID || r.Status != RefundFailed || r.FailureCode != FailureNotProcessed {
+			return errSkipped
+		}
+		from := r.Attempts
+		f.applyTo(&r)
+		if r.RequestHash != "" {
+			// Made before fingerprints were kept, the key stays free: a
+			// retry claims it, finds the refund final and answers it.
+			if _, err := s.keys.PutDone(ctx, tx, r.MerchantID, r.IdempotencyKey, r.RequestHash, renderRefund(&r)); err != nil {
+				return err
+			}
+		}
+		ok, err := s.store.reserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			taken = true
+			return errSkipped
+		}
+		if ok, err = s.store.reopenRefundSucceeded(ctx, tx, r.MerchantID, r.ID, from, f); err != nil {
+			return err
+		}
+		if !ok {
+			return errSkipped
+		}
+		return s.emitRefund(ctx, tx, &r)
+	})
+	switch {
+	case taken:
+		// The amount went to other refunds after the release: the
+		// provider has refunded more than the ledger can hold. Only a
+		// person can settle that with the merchant.
+		s.cfg.Log.ErrorContext(ctx, "refund landed at the provider after its release as not_processed, but its amount has since gone to other refunds: the provider refunded more than the ledger shows; resolve with the merchant",
+			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider, "amount", read.Amount)
+		return Skipped, nil
+	case errors.Is(err, errSkipped):
+		return Skipped, nil
+	case err != nil:
+		return "", err
+	}
+	s.cfg.Log.WarnContext(ctx, "refund re-opened: the provider has the refund it had no record of when the key was released",
+		"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider)
+	return Reopened, nil
 }

@@ -636,3 +636,74 @@ func TestRefundRedriveAfterNotProcessedKeepsItsAmount(t *testing.T) {
 	require.EqualValues(t, 3000, refunded, "the provider refunded once, 3000")
 	require.EqualValues(t, 3000, amountRefunded(t, g, m, id), "and so says the ledger")
 }
+
+// A refund released as not_processed (the provider's lookup had nothing)
+// that lands at the provider afterwards: the provider's signed refund
+// event makes the gateway look again and re-open it to succeeded — its
+// amount reserved again, its key done with the answer — once; an event
+// before it lands changes nothing. And when its amount has gone to other
+// refunds since, nothing is re-opened and the discrepancy is logged for a
+// person.
+func TestRefundThatLandsAfterItsRelease(t *testing.T) {
+	t.Parallel()
+	for _, taken := range []bool{false, true} {
+		t.Run(fmt.Sprint("taken=", taken), func(t *testing.T) {
+			t.Parallel()
+			ps, g, m := paystackMerchant(t)
+			r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+			require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+			id := r.JSON(t)["id"].(string)
+			ref := providers.RefundReference(m.ID, "r")
+
+			ps.LandLateNext()
+			lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+			require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+			refundID := lost.JSON(t)["id"].(string)
+			ageKeys(t, g, time.Hour)
+			sweep(t, g)
+			got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+			require.Equal(t, "failed", got["status"])
+			require.Equal(t, "not_processed", got["failure_code"])
+			require.EqualValues(t, 0, amountRefunded(t, g, m, id))
+
+			hook := "/v1/webhooks/paystack/" + m.ID
+			h, raw, err := ps.RefundWebhook(ref)
+			require.NoError(t, err)
+			early := g.Do("POST", hook, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, early.StatusCode, string(early.Body))
+			require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "not landed yet: nothing changes")
+
+			ps.Faults.Land(ref)
+			if taken {
+				// Other refunds hold what is left (as pending ones would).
+				require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount_refunded = amount WHERE id = ?`, id).Error)
+			}
+			landed := g.Do("POST", hook, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, landed.StatusCode, string(landed.Body))
+			if taken {
+				require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "no room in the ledger")
+				require.Contains(t, g.Logs.String(), "the provider refunded more than the ledger shows")
+				return
+			}
+			require.Equal(t, "refunds_settled", landed.JSON(t)["status"])
+			got = g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+			require.Equal(t, "succeeded", got["status"])
+			require.Empty(t, got["failure_code"])
+			require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+
+			retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+			require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+			require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, "succeeded", retry.JSON(t)["status"])
+			again := g.Do("POST", hook, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, again.StatusCode, string(again.Body))
+			require.EqualValues(t, 1500, amountRefunded(t, g, m, id), "a duplicate event re-opens nothing")
+			require.Equal(t, 1, ps.Refunds(ref), "refunded once")
+
+			var events int64
+			require.NoError(t, g.App.DB().Table("events").Where("merchant_id = ? AND object_id = ? AND type = ?",
+				m.ID, refundID, "refund.succeeded").Count(&events).Error)
+			require.EqualValues(t, 1, events, "refund.succeeded emitted once")
+		})
+	}
+}

@@ -136,6 +136,32 @@ func (s *Store) finishRefund(ctx context.Context, tx *gorm.DB, merchantID, id st
 	return res.RowsAffected == 1, nil
 }
 
+// releasedRefunds returns a payment's refunds released as not_processed,
+// for a provider's refund event: the refund may have landed after all.
+func (s *Store) releasedRefunds(ctx context.Context, merchantID, paymentID string) ([]Refund, error) {
+	var out []Refund
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ? AND status = ? AND failure_code = ?",
+		merchantID, paymentID, RefundFailed, FailureNotProcessed).Order("created_at, id").Limit(100).Find(&out).Error
+	return out, interpret("released refunds", err)
+}
+
+// reopenRefundSucceeded moves a refund released as not_processed, still at
+// attempt attempts, to succeeded; ok is false, with nothing written, when
+// it moved on.
+func (s *Store) reopenRefundSucceeded(ctx context.Context, tx *gorm.DB, merchantID, id string, attempts int, f refundParams) (ok bool, err error) {
+	values := map[string]any{"status": f.Status, "failure_code": "", "failure_message": "", "updated_at": f.At}
+	if f.RefundID != "" {
+		values["provider_refund_id"] = f.RefundID
+	}
+	res := s.exec(ctx, tx).Model(&Refund{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND failure_code = ? AND attempts = ?",
+			merchantID, id, RefundFailed, FailureNotProcessed, attempts).Updates(values)
+	if res.Error != nil {
+		return false, interpret("reopen refund", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
 // markRefundReview flags a pending refund requires_review; ok is false
 // when it is no longer pending.
 func (s *Store) markRefundReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) (ok bool, err error) {

@@ -72,13 +72,14 @@ func (f *Faults) DropNextResponse() { f.mu.Lock(); f.drop++; f.mu.Unlock() }
 // provider looks to the gateway.
 func (f *Faults) HangNextResponse() { f.mu.Lock(); f.hang++; f.mu.Unlock() }
 
-// LandLateNext makes the next charge land late: it is stored and its
-// connection cut (as DropNextResponse), and lookups of its reference answer
-// "not found" until Land is called — the way a provider that queued the
-// charge answers while it is still on its way.
+// LandLateNext makes the next charge or refund land late: it is stored and
+// its connection cut (as DropNextResponse), and lookups of its reference
+// answer "not found" until Land is called — the way a provider that queued
+// it answers while it is still on its way. (Of the refund lookups, only
+// paystacktest's honour it so far.)
 func (f *Faults) LandLateNext() { f.mu.Lock(); f.late++; f.mu.Unlock() }
 
-// Land makes a charge held back by LandLateNext visible to lookups.
+// Land makes a charge or refund held back by LandLateNext visible to lookups.
 func (f *Faults) Land(reference string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -158,15 +159,19 @@ func TakePend(f *Faults) bool {
 }
 
 // Refunded counts a refund the fake has just stored under our refund
-// reference and takes its answer's fate: DropNextResponse first, then
-// HangNextResponse (LandLateNext is for charges only). Like Charged, the
-// fake calls it while holding its own lock.
+// reference and takes its answer's fate: a pending LandLateNext first,
+// then DropNextResponse, then HangNextResponse. Like Charged, the fake
+// calls it while holding its own lock.
 func Refunded(f *Faults, reference string) Fate {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.refunds[reference]++
 	f.refTot++
 	switch {
+	case f.late > 0:
+		f.late--
+		f.hidden[reference] = true
+		return Drop
 	case f.drop > 0:
 		f.drop--
 		return Drop

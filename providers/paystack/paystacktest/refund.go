@@ -277,6 +277,9 @@ func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
 		if filter != "" && filter != rf.Tx.Reference && filter != strconv.FormatInt(rf.Tx.ID, 10) {
 			continue
 		}
+		if fake.Hidden(&s.Faults, rf.MerchantNote) {
+			continue // landing late (LandLateNext)
+		}
 		all = append(all, rf.fetched())
 	}
 	s.mu.Unlock()
@@ -302,7 +305,7 @@ func (s *Server) fetchRefund(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var data map[string]any
 	for _, rf := range s.refunds {
-		if strconv.FormatInt(rf.ID, 10) == id {
+		if strconv.FormatInt(rf.ID, 10) == id && !fake.Hidden(&s.Faults, rf.MerchantNote) {
 			data = rf.fetched()
 		}
 	}
