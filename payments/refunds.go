@@ -181,7 +181,7 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 				return err
 			}
 			r.Amount, r.Reason, r.Metadata = amount, in.Reason, in.Metadata
-			r.Status = RefundPending
+			r.Status, r.FailureCode, r.FailureMessage = RefundPending, "", ""
 			redrive = fromCode == FailureNotProcessed
 		case r.final():
 			return nil // answered from the ledger
@@ -644,9 +644,11 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 // reserved again and its key re-created done with the answer, so a retry
 // replays it.
 
-// recheckRefund looks a refund released as not_processed up once more and
-// re-opens it when the provider refunded it after all. Anything else (not
-// found, failed, still pending: a later event tells) leaves it as it is.
+// recheckRefund looks a refund released as not_processed up once more. One
+// the provider has succeeded is re-opened as succeeded; one it has pending
+// (in flight after all) goes back to pending, its key in progress again,
+// for the sweeper to settle like any other. Anything else (not found,
+// failed) leaves it as it is.
 func (s *Service) recheckRefund(ctx context.Context, r Refund) (Settlement, error) {
 	if err := s.pace(ctx, r.Provider, time.Time{}); err != nil {
 		return "", err
@@ -655,22 +657,26 @@ func (s *Service) recheckRefund(ctx context.Context, r Refund) (Settlement, erro
 	if err != nil {
 		return "", err
 	}
-	if res.Outcome != providers.OutcomeSucceeded {
-		return Pending, nil
+	if res.Outcome != providers.OutcomeSucceeded && res.Outcome != providers.OutcomePending {
+		return Confirmed, nil
 	}
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
-	return s.reopenRefundSucceeded(ctx, r, res)
+	return s.reopenReleasedRefund(ctx, r, res)
 }
 
-// reopenRefundSucceeded records a refund released as not_processed as
-// succeeded, in one transaction that writes in the request path's order —
-// the key, then the payment's reservation, then the refund — so a retry
-// claiming the key at the same moment waits on it (or it on the retry)
+// reopenReleasedRefund re-opens a refund released as not_processed that
+// the provider has after all — as succeeded, or as pending when still in
+// flight — in one transaction that writes in the request path's order (the
+// key, then the payment's reservation, then the refund), so a retry
+// claiming the key at the same moment waits on it, or it on the retry,
 // instead of deadlocking. Skipped when the refund moved on since it was
 // read (a retry re-opened it and settles it itself).
-func (s *Service) reopenRefundSucceeded(ctx context.Context, read Refund, res providers.RefundResult) (Settlement, error) {
+func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res providers.RefundResult) (Settlement, error) {
 	f := refundParams{Status: RefundSucceeded, RefundID: res.RefundID, At: s.now()}
+	if res.Outcome == providers.OutcomePending {
+		f.Status = RefundPending
+	}
 	var r Refund
 	taken := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -683,11 +689,30 @@ func (s *Service) reopenRefundSucceeded(ctx context.Context, read Refund, res pr
 		}
 		from := r.Attempts
 		f.applyTo(&r)
+		if r.RequestHash == "" && f.Status == RefundPending {
+			// Made before fingerprints were kept, the key cannot be bound
+			// to its request again: left as it is.
+			return errSkipped
+		}
+		// The key: done with the answer, or in progress (its lease lapsed)
+		// for the sweeper. Made before fingerprints were kept, a
+		// succeeded refund's key stays free: a retry claims it, finds the
+		// refund final and answers it.
 		if r.RequestHash != "" {
-			// Made before fingerprints were kept, the key stays free: a
-			// retry claims it, finds the refund final and answers it.
-			if _, err := s.keys.PutDone(ctx, tx, r.MerchantID, r.IdempotencyKey, r.RequestHash, renderRefund(&r)); err != nil {
+			var ok bool
+			if f.Status == RefundSucceeded {
+				ok, err = s.keys.PutDone(ctx, tx, r.MerchantID, r.IdempotencyKey, r.RequestHash, renderRefund(&r))
+			} else {
+				ok, err = s.keys.Reinstate(ctx, tx, r.MerchantID, r.IdempotencyKey, r.RequestHash, r.ID)
+			}
+			if err != nil {
 				return err
+			}
+			if !ok {
+				// A retry has the key (this waited for its claim to
+				// commit): it sends the refund again, which finds the one
+				// the provider made, and settles it itself.
+				return errSkipped
 			}
 		}
 		ok, err := s.store.reserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)
@@ -695,24 +720,34 @@ func (s *Service) reopenRefundSucceeded(ctx context.Context, read Refund, res pr
 			return err
 		}
 		if !ok {
-			taken = true
+			// No room — unless the refund moved on meanwhile (a retry
+			// without a fingerprint re-opened it, its amount with it).
+			cur, err := s.store.RefundByKey(ctx, tx, read.MerchantID, read.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			taken = cur.Status == RefundFailed && cur.FailureCode == FailureNotProcessed && cur.Attempts == from
 			return errSkipped
 		}
-		if ok, err = s.store.reopenRefundSucceeded(ctx, tx, r.MerchantID, r.ID, from, f); err != nil {
+		if ok, err = s.store.reopenReleasedRefund(ctx, tx, r.MerchantID, r.ID, from, f); err != nil {
 			return err
 		}
 		if !ok {
 			return errSkipped
+		}
+		if f.Status == RefundPending {
+			return nil // its event comes with its outcome
 		}
 		return s.emitRefund(ctx, tx, &r)
 	})
 	switch {
 	case taken:
 		// The amount went to other refunds after the release: the
-		// provider has refunded more than the ledger can hold. Only a
-		// person can settle that with the merchant.
-		s.cfg.Log.ErrorContext(ctx, "refund landed at the provider after its release as not_processed, but its amount has since gone to other refunds: the provider refunded more than the ledger shows; resolve with the merchant",
-			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider, "amount", read.Amount)
+		// provider has refunded (or is refunding) more than the ledger
+		// can hold. Only a person can settle that with the merchant.
+		s.cfg.Log.ErrorContext(ctx, "refund found at the provider after its release as not_processed, but its amount has since gone to other refunds: the provider refunded more than the ledger shows; resolve with the merchant",
+			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider,
+			"amount", read.Amount, "provider_status", string(res.Outcome))
 		return Skipped, nil
 	case errors.Is(err, errSkipped):
 		return Skipped, nil
@@ -720,6 +755,6 @@ func (s *Service) reopenRefundSucceeded(ctx context.Context, read Refund, res pr
 		return "", err
 	}
 	s.cfg.Log.WarnContext(ctx, "refund re-opened: the provider has the refund it had no record of when the key was released",
-		"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider)
+		"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider, "status", string(r.Status))
 	return Reopened, nil
 }

@@ -639,15 +639,23 @@ func TestRefundRedriveAfterNotProcessedKeepsItsAmount(t *testing.T) {
 
 // A refund released as not_processed (the provider's lookup had nothing)
 // that lands at the provider afterwards: the provider's signed refund
-// event makes the gateway look again and re-open it to succeeded — its
-// amount reserved again, its key done with the answer — once; an event
-// before it lands changes nothing. And when its amount has gone to other
-// refunds since, nothing is re-opened and the discrepancy is logged for a
-// person.
+// event makes the gateway look again and re-open it — to succeeded (its
+// amount reserved again, its key done with the answer), or, still in
+// flight at the provider, to pending with its key in progress for the
+// sweeper — once; an event before it lands changes nothing. And when its
+// amount has gone to other refunds since, nothing is re-opened and the
+// discrepancy is logged for a person.
 func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 	t.Parallel()
-	for _, taken := range []bool{false, true} {
-		t.Run(fmt.Sprint("taken=", taken), func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		pending, taken bool
+	}{
+		{name: "Succeeded"},
+		{name: "Pending", pending: true},
+		{name: "AmountTaken", taken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ps, g, m := paystackMerchant(t)
 			r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
@@ -655,6 +663,9 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 			id := r.JSON(t)["id"].(string)
 			ref := providers.RefundReference(m.ID, "r")
 
+			if tc.pending {
+				ps.PendNextRefund()
+			}
 			ps.LandLateNext()
 			lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 			require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
@@ -674,18 +685,29 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 			require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "not landed yet: nothing changes")
 
 			ps.Faults.Land(ref)
-			if taken {
+			if tc.taken {
 				// Other refunds hold what is left (as pending ones would).
 				require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount_refunded = amount WHERE id = ?`, id).Error)
 			}
 			landed := g.Do("POST", hook, raw, headerPairs(h)...)
 			require.Equal(t, http.StatusOK, landed.StatusCode, string(landed.Body))
-			if taken {
+			if tc.taken {
 				require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "no room in the ledger")
 				require.Contains(t, g.Logs.String(), "the provider refunded more than the ledger shows")
 				return
 			}
 			require.Equal(t, "refunds_settled", landed.JSON(t)["status"])
+			require.EqualValues(t, 1500, amountRefunded(t, g, m, id), "reserved again")
+			if tc.pending {
+				require.Equal(t, "pending", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "in flight: pending again")
+				rec, err := g.App.Keys.Get(context.Background(), m.ID, "r")
+				require.NoError(t, err)
+				require.Equal(t, idempotency.StatusInProgress, rec.Status, "its key in progress, for the sweeper")
+				require.Equal(t, refundID, rec.ResourceID)
+				require.NoError(t, ps.SettleRefund(ref, providers.OutcomeSucceeded))
+				ageKeys(t, g, time.Hour)
+				sweep(t, g)
+			}
 			got = g.Get(m, "/v1/refunds/"+refundID).JSON(t)
 			require.Equal(t, "succeeded", got["status"])
 			require.Empty(t, got["failure_code"])
@@ -704,6 +726,67 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 			require.NoError(t, g.App.DB().Table("events").Where("merchant_id = ? AND object_id = ? AND type = ?",
 				m.ID, refundID, "refund.succeeded").Count(&events).Error)
 			require.EqualValues(t, 1, events, "refund.succeeded emitted once")
+			require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
 		})
 	}
+}
+
+// A retry that claims the refund's key while the provider's event re-opens
+// it: the event's transaction waits for the retry's claim, finds the key
+// taken and leaves the refund to the retry — no second reservation, and
+// no false alarm of a provider that refunded more than the ledger shows.
+// (Not parallel: it watches PostgreSQL's lock waits.)
+func TestRefundReopenLeavesARacingRetryAlone(t *testing.T) {
+	ps, g, m := paystackMerchant(t)
+	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	id := r.JSON(t)["id"].(string)
+	ref := providers.RefundReference(m.ID, "r")
+
+	ps.LandLateNext()
+	lost := refundOf(g, m, id, "r", map[string]any{"amount": 4000})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	require.EqualValues(t, 0, amountRefunded(t, g, m, id))
+	ps.Faults.Land(ref)
+
+	db := g.App.DB()
+	var hash string
+	require.NoError(t, db.Raw(`SELECT request_hash FROM refunds WHERE id = ?`, refundID).Scan(&hash).Error)
+	// The retry's claim transaction, as openRefund runs it, held open.
+	tx := db.Begin()
+	require.NoError(t, tx.Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
+VALUES (?, 'r', ?, 'in_progress', now() + interval '1 minute', 'tok', now(), now())`, m.ID, hash).Error)
+
+	h, raw, err := ps.RefundWebhook(ref)
+	require.NoError(t, err)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		if err != nil {
+			done <- -1
+			return
+		}
+		done <- resp.StatusCode
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for { // until the event's transaction waits for the retry's claim
+		var n int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&n).Error)
+		if n > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the event never waited")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, tx.Exec(`UPDATE payments SET amount_refunded = amount_refunded + 4000 WHERE id = ?`, id).Error)
+	require.NoError(t, tx.Exec(`UPDATE refunds SET status = 'pending', failure_code = '', attempts = attempts + 1 WHERE id = ?`, refundID).Error)
+	require.NoError(t, tx.Commit().Error)
+	require.Equal(t, http.StatusOK, <-done)
+
+	require.EqualValues(t, 4000, amountRefunded(t, g, m, id), "reserved once, by the retry")
+	require.Equal(t, "pending", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "the retry's to settle")
+	require.NotContains(t, g.Logs.String(), "the provider refunded more than the ledger shows", "no false alarm")
 }

@@ -145,10 +145,10 @@ func (s *Store) releasedRefunds(ctx context.Context, merchantID, paymentID strin
 	return out, interpret("released refunds", err)
 }
 
-// reopenRefundSucceeded moves a refund released as not_processed, still at
-// attempt attempts, to succeeded; ok is false, with nothing written, when
-// it moved on.
-func (s *Store) reopenRefundSucceeded(ctx context.Context, tx *gorm.DB, merchantID, id string, attempts int, f refundParams) (ok bool, err error) {
+// reopenReleasedRefund moves a refund released as not_processed, still at
+// attempt attempts, to f (succeeded, or pending); ok is false, with
+// nothing written, when it moved on.
+func (s *Store) reopenReleasedRefund(ctx context.Context, tx *gorm.DB, merchantID, id string, attempts int, f refundParams) (ok bool, err error) {
 	values := map[string]any{"status": f.Status, "failure_code": "", "failure_message": "", "updated_at": f.At}
 	if f.RefundID != "" {
 		values["provider_refund_id"] = f.RefundID
