@@ -121,6 +121,15 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		return s.unknownRefund(rctx, claim, &r)
 	case !res.Outcome.Final():
 		return s.unknownRefund(rctx, claim, &r)
+	case redrive && res.Outcome == providers.OutcomeFailed && res.FailureCode == providers.RefundExceedsCharge:
+		// Sent again with the same reference and refused for more than
+		// is left: what took it may be the first attempt, landed where
+		// the lookup before the release (or the adapter's own, just now)
+		// did not see it yet. Not final: the sweeper looks the reference
+		// up.
+		s.cfg.Log.WarnContext(ctx, "refund sent again refused as exceeding the charge; the first attempt may have landed: left pending for a lookup",
+			"merchant_id", m.ID, "refund_id", r.ID, "provider", r.Provider)
+		return s.unknownRefund(rctx, claim, &r)
 	}
 	a, err := s.finishRefund(rctx, claim, &r, res)
 	if err != nil {

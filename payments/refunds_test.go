@@ -790,3 +790,42 @@ VALUES (?, 'r', ?, 'in_progress', now() + interval '1 minute', 'tok', now(), now
 	require.Equal(t, "pending", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "the retry's to settle")
 	require.NotContains(t, g.Logs.String(), "the provider refunded more than the ledger shows", "no false alarm")
 }
+
+// A refund released as not_processed and sent again with the same
+// reference, where the first attempt landed unseen and took all that was
+// left: the provider refuses the second for exceeding the charge. That is
+// not a final failure — the first may be what took it — so the refund
+// stays pending, and the sweeper's lookup finds the landed one.
+func TestRefundRedriveRefusedForExceedingIsNotFinal(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	id := r.JSON(t)["id"].(string)
+	ref := providers.RefundReference(m.ID, "r")
+
+	ps.LandLateNext()
+	lost := refundOf(g, m, id, "r", map[string]any{}) // all that is left
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	require.Equal(t, "not_processed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["failure_code"])
+
+	retry := refundOf(g, m, id, "r", map[string]any{})
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "pending", retry.JSON(t)["status"])
+	require.Empty(t, retry.JSON(t)["failure_code"], "no stale code on a refund sent again")
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id), "its amount held while unknown")
+
+	ps.Faults.Land(ref)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "succeeded", got["status"], "the landed refund, found by lookup")
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+	require.Equal(t, 1, ps.Refunds(ref), "refunded once")
+	again := refundOf(g, m, id, "r", map[string]any{})
+	require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
+	require.Equal(t, "succeeded", again.JSON(t)["status"])
+}
