@@ -698,6 +698,13 @@ func checkURL(raw string, production bool) error {
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.Fragment != "" {
 		return errors.New("must be an absolute http(s) URL without credentials")
 	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits: a port no connection can use would
+		// fail every delivery, found out only on the first event.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("must have a port from 1 to 65535")
+		}
+	}
 	if production {
 		if u.Scheme != "https" {
 			return errors.New("must be https")

@@ -76,6 +76,10 @@ func TestCheckURL(t *testing.T) {
 		{"/relative", false, false},
 		{"https://shop.example.com/#frag", false, false},
 		{"https://" + strings.Repeat("a", 2050) + ".com", false, false},
+		{"http://localhost:99999/x", false, false},
+		{"https://shop.example.com:0/hooks", false, false},
+		{"https://shop.example.com:65535/hooks", true, true},
+		{"https://shop.example.com:8443/hooks", true, true},
 	} {
 		require.Equal(t, c.dev, checkURL(c.url, false) == nil, "development: "+c.url)
 		require.Equal(t, c.production, checkURL(c.url, true) == nil, "production: "+c.url)
