@@ -637,6 +637,40 @@ func TestRefundRedriveAfterNotProcessedKeepsItsAmount(t *testing.T) {
 	require.EqualValues(t, 3000, amountRefunded(t, g, m, id), "and so says the ledger")
 }
 
+// lateRefund is a refund at Paystack whose answer was lost and that the
+// provider's lookup does not see yet (LandLateNext), released by the
+// sweeper as not_processed, its amount given back.
+type lateRefund struct {
+	ps                       *paystacktest.Server
+	g                        *apptest.Gateway
+	m                        apptest.Merchant
+	paymentID, ref, refundID string
+}
+
+// refundLandingLate pays 5000 at Paystack and makes a lateRefund of it
+// with req under the key "r"; pend keeps it pending at the provider.
+func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
+	t.Helper()
+	ps, g, m := paystackMerchant(t)
+	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	l := lateRefund{ps: ps, g: g, m: m, paymentID: r.JSON(t)["id"].(string), ref: providers.RefundReference(m.ID, "r")}
+	if pend {
+		ps.PendNextRefund()
+	}
+	ps.LandLateNext()
+	lost := refundOf(g, m, l.paymentID, "r", req)
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	l.refundID = lost.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)
+	require.Equal(t, "failed", got["status"])
+	require.Equal(t, "not_processed", got["failure_code"])
+	require.EqualValues(t, 0, amountRefunded(t, g, m, l.paymentID))
+	return l
+}
+
 // A refund released as not_processed (the provider's lookup had nothing)
 // that lands at the provider afterwards: the provider's signed refund
 // event makes the gateway look again and re-open it — to succeeded (its
@@ -657,25 +691,8 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ps, g, m := paystackMerchant(t)
-			r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-			require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-			id := r.JSON(t)["id"].(string)
-			ref := providers.RefundReference(m.ID, "r")
-
-			if tc.pending {
-				ps.PendNextRefund()
-			}
-			ps.LandLateNext()
-			lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-			require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
-			refundID := lost.JSON(t)["id"].(string)
-			ageKeys(t, g, time.Hour)
-			sweep(t, g)
-			got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
-			require.Equal(t, "failed", got["status"])
-			require.Equal(t, "not_processed", got["failure_code"])
-			require.EqualValues(t, 0, amountRefunded(t, g, m, id))
+			l := refundLandingLate(t, map[string]any{"amount": 1500}, tc.pending)
+			ps, g, m, id, ref, refundID := l.ps, l.g, l.m, l.paymentID, l.ref, l.refundID
 
 			hook := "/v1/webhooks/paystack/" + m.ID
 			h, raw, err := ps.RefundWebhook(ref)
@@ -708,7 +725,7 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 				ageKeys(t, g, time.Hour)
 				sweep(t, g)
 			}
-			got = g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+			got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
 			require.Equal(t, "succeeded", got["status"])
 			require.Empty(t, got["failure_code"])
 			require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
@@ -737,19 +754,8 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 // no false alarm of a provider that refunded more than the ledger shows.
 // (Not parallel: it watches PostgreSQL's lock waits.)
 func TestRefundReopenLeavesARacingRetryAlone(t *testing.T) {
-	ps, g, m := paystackMerchant(t)
-	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	id := r.JSON(t)["id"].(string)
-	ref := providers.RefundReference(m.ID, "r")
-
-	ps.LandLateNext()
-	lost := refundOf(g, m, id, "r", map[string]any{"amount": 4000})
-	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
-	refundID := lost.JSON(t)["id"].(string)
-	ageKeys(t, g, time.Hour)
-	sweep(t, g)
-	require.EqualValues(t, 0, amountRefunded(t, g, m, id))
+	l := refundLandingLate(t, map[string]any{"amount": 4000}, false)
+	ps, g, m, id, ref, refundID := l.ps, l.g, l.m, l.paymentID, l.ref, l.refundID
 	ps.Faults.Land(ref)
 
 	db := g.App.DB()
@@ -798,19 +804,8 @@ VALUES (?, 'r', ?, 'in_progress', now() + interval '1 minute', 'tok', now(), now
 // stays pending, and the sweeper's lookup finds the landed one.
 func TestRefundRedriveRefusedForExceedingIsNotFinal(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	id := r.JSON(t)["id"].(string)
-	ref := providers.RefundReference(m.ID, "r")
-
-	ps.LandLateNext()
-	lost := refundOf(g, m, id, "r", map[string]any{}) // all that is left
-	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
-	refundID := lost.JSON(t)["id"].(string)
-	ageKeys(t, g, time.Hour)
-	sweep(t, g)
-	require.Equal(t, "not_processed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["failure_code"])
+	l := refundLandingLate(t, map[string]any{}, false) // all that is left
+	ps, g, m, id, ref, refundID := l.ps, l.g, l.m, l.paymentID, l.ref, l.refundID
 
 	retry := refundOf(g, m, id, "r", map[string]any{})
 	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
