@@ -121,15 +121,6 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		return s.unknownRefund(rctx, claim, &r)
 	case !res.Outcome.Final():
 		return s.unknownRefund(rctx, claim, &r)
-	case redrive && res.Outcome == providers.OutcomeFailed && res.FailureCode == providers.RefundExceedsCharge:
-		// Sent again with the same reference and refused for more than
-		// is left: what took it may be the first attempt, landed where
-		// the lookup before the release (or the adapter's own, just now)
-		// did not see it yet. Not final: the sweeper looks the reference
-		// up.
-		s.cfg.Log.WarnContext(ctx, "refund sent again refused as exceeding the charge; the first attempt may have landed: left pending for a lookup",
-			"merchant_id", m.ID, "refund_id", r.ID, "provider", r.Provider)
-		return s.unknownRefund(rctx, claim, &r)
 	}
 	a, err := s.finishRefund(rctx, claim, &r, res)
 	if err != nil {
@@ -674,6 +665,20 @@ func (s *Service) recheckRefund(ctx context.Context, r Refund) (Settlement, erro
 	return s.reopenReleasedRefund(ctx, r, res)
 }
 
+// keyOfRefund reports whether r's key, which exists, is r's own: a
+// request for r holds it (or has finished with it), rather than another
+// request that reused the key string after r's release.
+func (s *Service) keyOfRefund(ctx context.Context, r *Refund) (bool, error) {
+	rec, err := s.keys.Get(ctx, r.MerchantID, r.IdempotencyKey)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound), errors.Is(err, idempotency.ErrUnreadable):
+		return false, nil // gone again, or sealed: another request's
+	case err != nil:
+		return false, err
+	}
+	return rec.ResourceID == r.ID || rec.RequestHash == r.RequestHash, nil
+}
+
 // reopenReleasedRefund re-opens a refund released as not_processed that
 // the provider has after all — as succeeded, or as pending when still in
 // flight — in one transaction that writes in the request path's order (the
@@ -718,10 +723,24 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 				return err
 			}
 			if !ok {
-				// A retry has the key (this waited for its claim to
-				// commit): it sends the refund again, which finds the one
-				// the provider made, and settles it itself.
-				return errSkipped
+				mine, err := s.keyOfRefund(ctx, &r)
+				if err != nil {
+					return err
+				}
+				if mine {
+					// A retry has the key (this waited for its claim to
+					// commit): it sends the refund again, which finds the
+					// one the provider made, and settles it itself.
+					return errSkipped
+				}
+				// The key string went to another request since the
+				// release (keys are the merchant's, whatever they are
+				// for): a succeeded refund is re-opened without it; one
+				// still in flight, which would need its key for the
+				// sweeper, waits for the provider's event of its outcome.
+				if f.Status == RefundPending {
+					return errSkipped
+				}
 			}
 		}
 		ok, err := s.store.reserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)

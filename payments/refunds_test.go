@@ -797,30 +797,24 @@ VALUES (?, 'r', ?, 'in_progress', now() + interval '1 minute', 'tok', now(), now
 	require.NotContains(t, g.Logs.String(), "the provider refunded more than the ledger shows", "no false alarm")
 }
 
-// A refund released as not_processed and sent again with the same
-// reference, where the first attempt landed unseen and took all that was
-// left: the provider refuses the second for exceeding the charge. That is
-// not a final failure — the first may be what took it — so the refund
-// stays pending, and the sweeper's lookup finds the landed one.
-func TestRefundRedriveRefusedForExceedingIsNotFinal(t *testing.T) {
+// The key string of a refund released as not_processed is the merchant's
+// to use again; when a payment has taken it, the refund that lands
+// afterwards is still re-opened by the provider's event — without its key,
+// which stays the payment's.
+func TestRefundReopenWhenItsKeyWentToAPayment(t *testing.T) {
 	t.Parallel()
-	l := refundLandingLate(t, map[string]any{}, false) // all that is left
-	ps, g, m, id, ref, refundID := l.ps, l.g, l.m, l.paymentID, l.ref, l.refundID
-
-	retry := refundOf(g, m, id, "r", map[string]any{})
-	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
-	require.Equal(t, "pending", retry.JSON(t)["status"])
-	require.Empty(t, retry.JSON(t)["failure_code"], "no stale code on a refund sent again")
-	require.EqualValues(t, 5000, amountRefunded(t, g, m, id), "its amount held while unknown")
-
-	ps.Faults.Land(ref)
-	ageKeys(t, g, time.Hour)
-	sweep(t, g)
-	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
-	require.Equal(t, "succeeded", got["status"], "the landed refund, found by lookup")
-	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
-	require.Equal(t, 1, ps.Refunds(ref), "refunded once")
-	again := refundOf(g, m, id, "r", map[string]any{})
-	require.Equal(t, http.StatusCreated, again.StatusCode, string(again.Body))
-	require.Equal(t, "succeeded", again.JSON(t)["status"])
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	p2 := l.g.Pay(l.m, "r", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, p2.StatusCode, string(p2.Body))
+	l.ps.Faults.Land(l.ref)
+	h, raw, err := l.ps.RefundWebhook(l.ref)
+	require.NoError(t, err)
+	resp := l.g.Do("POST", "/v1/webhooks/paystack/"+l.m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(resp.Body))
+	require.Equal(t, "refunds_settled", resp.JSON(t)["status"])
+	require.Equal(t, "succeeded", l.g.Get(l.m, "/v1/refunds/"+l.refundID).JSON(t)["status"])
+	require.EqualValues(t, 1500, amountRefunded(t, l.g, l.m, l.paymentID))
+	replay := l.g.Pay(l.m, "r", body(paystacktest.TokenSuccess))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, p2.Body, replay.Body, "the key is still the payment's")
 }

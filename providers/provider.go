@@ -208,9 +208,3 @@ func Reference(merchantID, key string) string {
 	h.Write([]byte(key))
 	return "op-" + hex.EncodeToString(h.Sum(nil))[:40]
 }
-
-// RefundExceedsCharge is the failure code of a refund refused for more than
-// is left of its charge (or nothing is), in every adapter's vocabulary: a
-// refund sent again with the same reference may be refused so because the
-// first attempt landed.
-const RefundExceedsCharge = "exceeds_charge"

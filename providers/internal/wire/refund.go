@@ -10,12 +10,12 @@ import (
 // simulator (which spells them the same way), so that the gateway and a
 // merchant see one vocabulary whichever provider refused.
 const (
-	RefundDeclined            = "declined"                    // the provider refused or the refund failed
-	RefundNoCharge            = "no_charge"                   // the provider has no such charge
-	RefundNotRefundable       = "not_refundable"              // the charge did not succeed
-	RefundExceedsCharge       = providers.RefundExceedsCharge // more than is left of the charge (or nothing is)
-	RefundInsufficientBalance = "insufficient_balance"        // the merchant's balance cannot cover it
-	RefundAmountTooSmall      = "amount_too_small"            // below the provider's minimum refund
+	RefundDeclined            = "declined"             // the provider refused or the refund failed
+	RefundNoCharge            = "no_charge"            // the provider has no such charge
+	RefundNotRefundable       = "not_refundable"       // the charge did not succeed
+	RefundExceedsCharge       = "exceeds_charge"       // more than is left of the charge (or nothing is)
+	RefundInsufficientBalance = "insufficient_balance" // the merchant's balance cannot cover it
+	RefundAmountTooSmall      = "amount_too_small"     // below the provider's minimum refund
 )
 
 // refundMessages are the merchant-facing texts for the refund codes: ours,
