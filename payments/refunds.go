@@ -169,9 +169,10 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			// provider was unavailable (it never had the refund), what
 			// this request asks for — its body may differ — and without an
 			// amount all that is left now. After not_processed the same
-			// reference is sent again, which the provider dedupes to the
-			// refund it may have made after all: the first attempt's
-			// amount, however much is left now.
+			// reference is sent again, to find the refund the provider may
+			// have made after all (Stripe dedupes it; the other adapters
+			// look the reference up first): the first attempt's amount,
+			// however much is left now.
 			want := in.Amount
 			if fromCode == FailureNotProcessed {
 				want = r.Amount
