@@ -25,7 +25,7 @@ import (
 // tenantOwned are the tables distributed by merchant_id on a sharded
 // PostgreSQL (app/database/shard_test.go lists the others, with reasons).
 var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true, "refunds": true, "events": true,
-	"webhook_endpoints": true, "webhook_deliveries": true}
+	"webhook_endpoints": true, "webhook_deliveries": true, "refund_rechecks": true}
 
 // fanOut are the only statements on tenant-owned tables allowed not to
 // name one merchant, each with why: reads without locks that find which
@@ -39,6 +39,7 @@ var fanOut = []struct {
 	{"SELECT merchant_id FROM idempotency_keys\nWHERE completed_at IS NULL", "the sweeper's merchants with stale keys (StaleMerchants)"},
 	{"SELECT DISTINCT merchant_id FROM idempotency_keys WHERE status =", "the purge's merchants with expired done keys (PurgeDone)"},
 	{"SELECT merchant_id FROM payments\nWHERE recheck_at IS NOT NULL", "the recheck's merchants with a recheck due (DueRechecks)"},
+	{"SELECT merchant_id FROM refund_rechecks\nWHERE recheck_at <", "the refunds' recheck's merchants with a recheck due (DueRefundRechecks)"},
 	{"SELECT merchant_id FROM events WHERE enqueued_at IS NULL", "the relay's merchants with events to hand to the queue (pendingMerchants)"},
 }
 

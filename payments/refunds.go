@@ -393,6 +393,12 @@ func (s *Service) neverRefunded(ctx context.Context, claim idempotency.Claim, r 
 		if err := s.emitRefund(ctx, tx, &failed); err != nil {
 			return err
 		}
+		if code == FailureNotProcessed {
+			// Provisional: looked up once more, RECHECK_AFTER from now.
+			if err := s.store.scheduleRefundRecheck(ctx, tx, r.MerchantID, r.ID, s.cfg.RecheckAfter); err != nil {
+				return err
+			}
+		}
 		return s.keys.ReleaseTx(ctx, tx, claim)
 	})
 	if err != nil {
@@ -644,6 +650,32 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 // refund succeeded, the refund is re-opened to succeeded — its amount
 // reserved again and its key re-created done with the answer, so a retry
 // replays it.
+
+// DueRefundRechecks takes refunds whose recheck is due (see
+// Store.DueRefundRechecks), for the sweeper; each is then given to
+// RecheckRefund.
+func (s *Service) DueRefundRechecks(ctx context.Context, limit int) ([]Refund, error) {
+	return s.store.DueRefundRechecks(ctx, limit, s.cfg.Lease)
+}
+
+// RecheckRefund is the scheduled look, RECHECK_AFTER after its release, at
+// a refund released as not_processed: Reopened when the provider has it
+// (succeeded, or pending: back to pending for the sweeper), Confirmed when
+// it still has nothing (final for good), Skipped when a retry moved the
+// refund on; a lookup that fails is tried again after SWEEP_STALE_AFTER.
+func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, error) {
+	st := Skipped
+	var err error
+	if r.Status == RefundFailed && r.FailureCode == FailureNotProcessed {
+		st, err = s.recheckRefund(paced(ctx), r)
+	}
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	if err != nil {
+		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, s.cfg.StaleAfter))
+	}
+	return st, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, 0)
+}
 
 // recheckRefund looks a refund released as not_processed up once more. One
 // the provider has succeeded is re-opened as succeeded; one it has pending

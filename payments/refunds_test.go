@@ -818,3 +818,48 @@ func TestRefundReopenWhenItsKeyWentToAPayment(t *testing.T) {
 	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, p2.Body, replay.Body, "the key is still the payment's")
 }
+
+// A refund released as not_processed is looked up once more RECHECK_AFTER
+// later, by the sweeper, even with no event from the provider: one that
+// landed meanwhile is re-opened as succeeded, one still unknown to the
+// provider is confirmed failed for good; either way once.
+func TestRefundRecheckAfterItsRelease(t *testing.T) {
+	t.Parallel()
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprint("landed=", landed), func(t *testing.T) {
+			t.Parallel()
+			l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+			db := l.g.App.DB()
+			var due int64
+			require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", l.m.ID, l.refundID).Count(&due).Error)
+			require.EqualValues(t, 1, due, "a recheck is scheduled at the release")
+			c := sweep(t, l.g)
+			require.Zero(t, c.Reopened+c.Confirmed, "not before RECHECK_AFTER: %+v", c)
+
+			if landed {
+				l.ps.Faults.Land(l.ref)
+			}
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			c = sweep(t, l.g)
+			got := l.g.Get(l.m, "/v1/refunds/"+l.refundID).JSON(t)
+			if landed {
+				require.EqualValues(t, 1, c.Reopened, "%+v", c)
+				require.Equal(t, "succeeded", got["status"])
+				require.EqualValues(t, 1500, amountRefunded(t, l.g, l.m, l.paymentID))
+				retry := refundOf(l.g, l.m, l.paymentID, "r", map[string]any{"amount": 1500})
+				require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+				require.Equal(t, "succeeded", retry.JSON(t)["status"])
+			} else {
+				require.EqualValues(t, 1, c.Confirmed, "%+v", c)
+				require.Equal(t, "failed", got["status"])
+				require.EqualValues(t, 0, amountRefunded(t, l.g, l.m, l.paymentID))
+			}
+			require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ?", l.m.ID).Count(&due).Error)
+			require.Zero(t, due, "looked at once")
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			c = sweep(t, l.g)
+			require.Zero(t, c.Reopened+c.Confirmed, "%+v", c)
+			require.Equal(t, 1, l.ps.Refunds(l.ref), "refunded once, looked up only")
+		})
+	}
+}

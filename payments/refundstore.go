@@ -199,3 +199,76 @@ WHERE id = ? AND merchant_id = ? AND amount_refunded >= ?`, amount, paymentID, m
 	}
 	return interpret("unreserve refund", res.Error)
 }
+
+// scheduleRefundRecheck has the refund looked up again after after (the
+// database's time), in tx: the release's transaction.
+func (s *Store) scheduleRefundRecheck(ctx context.Context, tx *gorm.DB, merchantID, refundID string, after time.Duration) error {
+	db := s.exec(ctx, tx)
+	err := db.Exec(`INSERT INTO refund_rechecks (merchant_id, refund_id, recheck_at) VALUES (?, ?, ?)
+ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck_at`,
+		merchantID, refundID, dbclock.Plus(db, after)).Error
+	return interpret("schedule refund recheck", err)
+}
+
+// refundRecheckLater moves a refund's recheck to after from now (the
+// database's time), or ends it (after <= 0).
+func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, after time.Duration) error {
+	db := s.exec(ctx, nil)
+	if after <= 0 {
+		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`,
+			merchantID, refundID).Error)
+	}
+	return interpret("reschedule refund recheck", db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id = ?`,
+		dbclock.Plus(db, after), merchantID, refundID).Error)
+}
+
+// dueRefundRecheckMerchants is dueRecheckMerchants for refunds: the one
+// statement of the refunds' recheck that spans merchants, a read without
+// locks.
+const dueRefundRecheckMerchants = `SELECT merchant_id FROM refund_rechecks
+WHERE recheck_at < ?
+GROUP BY merchant_id ORDER BY min(recheck_at) LIMIT ?`
+
+// DueRefundRechecks takes refunds whose recheck is due, as DueRechecks
+// takes payments: per merchant, in a transaction whose statements all
+// name it, the due rows locked (SKIP LOCKED on PostgreSQL, so concurrent
+// sweepers take disjoint ones) and their recheck moved lease ahead, so
+// another sweeper takes one again only if this one died with it.
+func (s *Store) DueRefundRechecks(ctx context.Context, limit int, lease time.Duration) ([]Refund, error) {
+	var merchants []string
+	db := s.exec(ctx, nil)
+	if err := db.Raw(dueRefundRecheckMerchants, dbclock.Now(db), limit).Scan(&merchants).Error; err != nil {
+		return nil, interpret("due refund rechecks", err)
+	}
+	var out []Refund
+	for _, m := range merchants {
+		if len(out) >= limit {
+			break
+		}
+		var due []Refund
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			lock := ""
+			if tx.Dialector.Name() == "postgres" {
+				lock = " FOR UPDATE SKIP LOCKED"
+			}
+			var ids []string
+			if err := tx.Raw(`SELECT refund_id FROM refund_rechecks WHERE merchant_id = ? AND recheck_at < ?
+ORDER BY recheck_at, refund_id LIMIT ?`+lock, m, dbclock.Now(tx), limit-len(out)).Scan(&ids).Error; err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			if err := tx.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id IN ?`,
+				dbclock.Plus(tx, lease), m, ids).Error; err != nil {
+				return err
+			}
+			return tx.Where("merchant_id = ? AND id IN ?", m, ids).Order("created_at, id").Find(&due).Error
+		})
+		if err != nil {
+			return out, interpret("due refund rechecks", err)
+		}
+		out = append(out, due...)
+	}
+	return out, nil
+}

@@ -22,13 +22,15 @@ const (
 )
 
 // Settler finishes the payment of a key the caller has taken over, and
-// rechecks payments released as never charged. *payments.Service
+// rechecks payments and refunds released as never charged or refunded. *payments.Service
 // implements it; see payments.Service.Settle and Recheck for the
 // settlements and errors they return.
 type Settler interface {
 	Settle(ctx context.Context, claim idempotency.Claim) (payments.Settlement, error)
 	DueRechecks(ctx context.Context, limit int) ([]payments.Payment, error)
 	Recheck(ctx context.Context, p payments.Payment) (payments.Settlement, error)
+	DueRefundRechecks(ctx context.Context, limit int) ([]payments.Refund, error)
+	RecheckRefund(ctx context.Context, r payments.Refund) (payments.Settlement, error)
 }
 
 // Counts is what one run of a job did.

@@ -27,6 +27,14 @@ func (noSettler) Recheck(context.Context, payments.Payment) (payments.Settlement
 	panic("no recheck expected")
 }
 
+func (noSettler) DueRefundRechecks(context.Context, int) ([]payments.Refund, error) {
+	panic("no recheck expected")
+}
+
+func (noSettler) RecheckRefund(context.Context, payments.Refund) (payments.Settlement, error) {
+	panic("no recheck expected")
+}
+
 // TestNoRunAfterStop: once Stop has begun, a tick that gocron already
 // dispatched does not start the job body, and Start does nothing.
 func TestNoRunAfterStop(t *testing.T) {

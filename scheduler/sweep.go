@@ -69,6 +69,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 	if err == nil {
 		err = s.recheck(ctx, w)
 	}
+	if err == nil {
+		err = s.recheckRefunds(ctx, w)
+	}
 	w.wait()
 	return c, err
 }
@@ -179,6 +182,38 @@ func (s *Sweeper) recheck(ctx context.Context, w *pool) error {
 					c.Errors++
 					if ctx.Err() == nil {
 						s.cfg.Log.WarnContext(ctx, "sweep: recheck", "merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
+					}
+				}
+			})
+			if !ok {
+				return ctx.Err()
+			}
+		}
+		if len(due) < s.cfg.SweepBatch {
+			return nil
+		}
+	}
+}
+
+// recheckRefunds is recheck for refunds released as not_processed
+// (DueRefundRechecks leases each to one sweeper).
+func (s *Sweeper) recheckRefunds(ctx context.Context, w *pool) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		due, err := s.cfg.Settler.DueRefundRechecks(ctx, s.cfg.SweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, r := range due {
+			ok := w.submit(func(c *Counts) {
+				res, err := s.cfg.Settler.RecheckRefund(ctx, r)
+				c.add(res)
+				if err != nil {
+					c.Errors++
+					if ctx.Err() == nil {
+						s.cfg.Log.WarnContext(ctx, "sweep: refund recheck", "merchant_id", r.MerchantID, "refund_id", r.ID, "err", err)
 					}
 				}
 			})

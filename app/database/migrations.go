@@ -415,6 +415,18 @@ CREATE TABLE tenant_credential_keys (
 	client_id TEXT PRIMARY KEY,
 	hash_key  TEXT NOT NULL
 );`},
+	// A refund released as not_processed is looked up once more,
+	// RECHECK_AFTER later, as a payment is (payments.recheck_at): in a
+	// table of its own, since from 16 on no migration changes an existing
+	// table's columns (README).
+	{17, "refund_rechecks", `
+CREATE TABLE refund_rechecks (
+	merchant_id TEXT NOT NULL,
+	refund_id   TEXT NOT NULL,
+	recheck_at  {{ts}} NOT NULL,
+	PRIMARY KEY (merchant_id, refund_id)
+);
+CREATE INDEX refund_rechecks_due_idx ON refund_rechecks (recheck_at);`},
 }
 
 // migrationSQL is what m runs on d.
