@@ -671,10 +671,18 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 	}
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
-	if err != nil {
-		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, s.cfg.StaleAfter))
+	if err != nil && s.now().Sub(r.UpdatedAt) < s.cfg.ReviewAfter {
+		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, s.cfg.StaleAfter))
 	}
-	return st, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, 0)
+	if err != nil {
+		// The provider could not be asked for a whole REVIEW_AFTER since
+		// the release: the failure stands, and a person is told (a
+		// provider's event for the refund still makes the gateway look).
+		s.cfg.Log.WarnContext(ctx, "refund recheck given up: the provider could not be asked since the release, REVIEW_AFTER ago; the refund stays failed not_processed",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider, "err", err)
+		st = Pending
+	}
+	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, 0))
 }
 
 // recheckRefund looks a refund released as not_processed up once more. One

@@ -863,3 +863,30 @@ func TestRefundRecheckAfterItsRelease(t *testing.T) {
 		})
 	}
 }
+
+// A refund's recheck whose lookup fails is tried again after
+// SWEEP_STALE_AFTER, and given up, with a warning, once REVIEW_AFTER has
+// passed since the release: never rechecked forever.
+func TestRefundRecheckGivesUpAfterReviewAfter(t *testing.T) {
+	t.Parallel()
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	db := l.g.App.DB()
+	count := func() (n int64) {
+		require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ?", l.m.ID).Count(&n).Error)
+		return n
+	}
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+	l.ps.FailNext(http.StatusInternalServerError)
+	c := sweep(t, l.g)
+	require.EqualValues(t, 1, c.Pending, "%+v", c)
+	require.EqualValues(t, 1, count(), "tried again later")
+
+	dbtest.Age(t, db, 30*24*time.Hour, "refund_rechecks", "recheck_at")
+	dbtest.Age(t, db, 30*24*time.Hour, "refunds", "updated_at")
+	l.ps.FailNext(http.StatusInternalServerError)
+	c = sweep(t, l.g)
+	require.EqualValues(t, 1, c.Pending, "%+v", c)
+	require.Zero(t, count(), "given up past REVIEW_AFTER")
+	require.Contains(t, l.g.Logs.String(), "refund recheck given up")
+	require.Equal(t, "failed", l.g.Get(l.m, "/v1/refunds/"+l.refundID).JSON(t)["status"])
+}

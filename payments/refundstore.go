@@ -211,15 +211,19 @@ ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck
 }
 
 // refundRecheckLater moves a refund's recheck to after from now (the
-// database's time), or ends it (after <= 0).
-func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, after time.Duration) error {
+// database's time), or ends it (after <= 0) — only while the refund is
+// still at attempts, the attempt the recheck looked at: a refund sent
+// again and released again since has its own recheck, scheduled by that
+// release, which this one must not end or move.
+func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, attempts int, after time.Duration) error {
 	db := s.exec(ctx, nil)
+	same := ` AND NOT EXISTS (SELECT 1 FROM refunds WHERE refunds.merchant_id = ? AND refunds.id = ? AND refunds.attempts <> ?)`
 	if after <= 0 {
-		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`,
-			merchantID, refundID).Error)
+		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`+same,
+			merchantID, refundID, merchantID, refundID, attempts).Error)
 	}
-	return interpret("reschedule refund recheck", db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id = ?`,
-		dbclock.Plus(db, after), merchantID, refundID).Error)
+	return interpret("reschedule refund recheck", db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id = ?`+same,
+		dbclock.Plus(db, after), merchantID, refundID, merchantID, refundID, attempts).Error)
 }
 
 // dueRefundRecheckMerchants is dueRecheckMerchants for refunds: the one
