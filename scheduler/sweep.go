@@ -166,54 +166,38 @@ func (s *Sweeper) sweepMerchant(ctx context.Context, params idempotency.StalePar
 // whose RECHECK_AFTER has passed, a batch at a time until a batch comes
 // back short. Each payment is taken by one sweeper (DueRechecks leases it).
 func (s *Sweeper) recheck(ctx context.Context, w *pool) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		due, err := s.cfg.Settler.DueRechecks(ctx, s.cfg.SweepBatch)
-		if err != nil {
-			return err
-		}
-		for _, p := range due {
-			ok := w.submit(func(c *Counts) {
-				res, err := s.cfg.Settler.Recheck(ctx, p)
-				c.add(res)
-				if err != nil {
-					c.Errors++
-					if ctx.Err() == nil {
-						s.cfg.Log.WarnContext(ctx, "sweep: recheck", "merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
-					}
-				}
-			})
-			if !ok {
-				return ctx.Err()
-			}
-		}
-		if len(due) < s.cfg.SweepBatch {
-			return nil
-		}
-	}
+	return recheckDue(ctx, s, w, s.cfg.Settler.DueRechecks, s.cfg.Settler.Recheck,
+		func(p payments.Payment) []any { return []any{"merchant_id", p.MerchantID, "payment_id", p.ID} })
 }
 
 // recheckRefunds is recheck for refunds released as not_processed
 // (DueRefundRechecks leases each to one sweeper).
 func (s *Sweeper) recheckRefunds(ctx context.Context, w *pool) error {
+	return recheckDue(ctx, s, w, s.cfg.Settler.DueRefundRechecks, s.cfg.Settler.RecheckRefund,
+		func(r payments.Refund) []any { return []any{"merchant_id", r.MerchantID, "refund_id", r.ID} })
+}
+
+// recheckDue takes what due leases, a batch at a time until a batch comes
+// back short, and gives each to recheck on w; names is what a failure's
+// log line says of it.
+func recheckDue[T any](ctx context.Context, s *Sweeper, w *pool, due func(context.Context, int) ([]T, error),
+	recheck func(context.Context, T) (payments.Settlement, error), names func(T) []any) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		due, err := s.cfg.Settler.DueRefundRechecks(ctx, s.cfg.SweepBatch)
+		batch, err := due(ctx, s.cfg.SweepBatch)
 		if err != nil {
 			return err
 		}
-		for _, r := range due {
+		for _, x := range batch {
 			ok := w.submit(func(c *Counts) {
-				res, err := s.cfg.Settler.RecheckRefund(ctx, r)
+				res, err := recheck(ctx, x)
 				c.add(res)
 				if err != nil {
 					c.Errors++
 					if ctx.Err() == nil {
-						s.cfg.Log.WarnContext(ctx, "sweep: refund recheck", "merchant_id", r.MerchantID, "refund_id", r.ID, "err", err)
+						s.cfg.Log.WarnContext(ctx, "sweep: recheck", append(names(x), "err", err)...)
 					}
 				}
 			})
@@ -221,7 +205,7 @@ func (s *Sweeper) recheckRefunds(ctx context.Context, w *pool) error {
 				return ctx.Err()
 			}
 		}
-		if len(due) < s.cfg.SweepBatch {
+		if len(batch) < s.cfg.SweepBatch {
 			return nil
 		}
 	}
