@@ -183,7 +183,7 @@ func TestHostileInput(t *testing.T) {
 
 		// Refused by the HTTP server itself, before any middleware: still
 		// a problem with a request id, and nothing of the request quoted.
-		{name: "MultipartBody", method: "POST", path: "/v1/payments", body: []byte("x"), headers: []string{"Authorization", bearer, "Idempotency-Key", "h15", "Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
+		{name: "MultipartBody", method: "POST", path: "/v1/payments", body: []byte("x"), headers: []string{"Authorization", bearer, "Idempotency-Key", "h15", "Content-Type", "multipart/form-data; boundary=x"}, status: 415, code: "unsupported_media_type"},
 		{name: "MultipartBodyUnauthenticated", method: "POST", path: "/v1/auth/token", body: []byte("--x\r\nbroken"), headers: []string{"Content-Type", "multipart/form-data; boundary=x"}, status: 400, code: "invalid_request"},
 		{name: "NotHTTP", raw: "secret-ish\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "BadContentLength", raw: "POST /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nContent-Length: abc\r\n\r\n", status: 400, code: "invalid_request"},

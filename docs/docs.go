@@ -1491,7 +1491,7 @@ const docTemplate = `{
                         }
                     },
                     "415": {
-                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a Content-Type other than application/json (UTF-8)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1825,7 +1825,7 @@ const docTemplate = `{
                         }
                     },
                     "415": {
-                        "description": "unsupported_content_encoding",
+                        "description": "unsupported_content_encoding, unsupported_media_type",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

@@ -47,6 +47,13 @@ func (h *Handler) AdminRoutes(r fiber.Router) {
 // before the RequireMerchant group: it authenticates clients itself.
 func (h *Handler) TokenRoutes(r fiber.Router) {
 	r.Post("/auth/token", h.issueToken)
+	// Any other method is 405 here, not the merchant group's 401 for a
+	// missing bearer token: a client asking the token endpoint for a token
+	// has no token to send.
+	r.All("/auth/token", func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderAllow, fiber.MethodPost)
+		return fiber.ErrMethodNotAllowed
+	})
 }
 
 // MerchantRoutes mounts GET /me on r, which must already be behind

@@ -1,0 +1,4 @@
+package app
+
+// IsJSON is isJSON, for the fuzz target.
+var IsJSON = isJSON
