@@ -84,6 +84,13 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		}
 		return s.refundNotSent(ctx, claim, &r, err)
 	}
+	if redrive && claim.TakenOver && !providers.DedupesRefunds(prov) {
+		// The earlier attempt may have reached a provider that would make
+		// a second refund of the same reference, and its list may not show
+		// the first yet: look it up, and send it again only after a
+		// release, which waits RECHECK_AFTER (refundReleaseAfter).
+		return s.lookUpRefundInstead(ctx, claim, &r)
+	}
 	if claim.TakenOver {
 		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {
 			if errors.Is(err, idempotency.ErrLostClaim) {
@@ -485,6 +492,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 	res, err := s.lookupRefund(ctx, &r)
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
+	mayRelease = mayRelease && claim.SinceAttempt >= s.refundReleaseAfter(ctx, &r)
 	if err != nil || !res.Outcome.Final() && res.Outcome != providers.OutcomeNotFound ||
 		res.Outcome == providers.OutcomeNotFound && !mayRelease {
 		return s.refundStillUnknown(ctx, claim, &r, err)
@@ -507,6 +515,20 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		return "", err
 	}
 	return Resolved, nil
+}
+
+// refundReleaseAfter is how long after a refund was last sent "the provider
+// does not have it" may release it, letting the app's retry send it again:
+// SWEEP_STALE_AFTER where the provider dedupes the refund's reference, and
+// RECHECK_AFTER — the bound on how late a provider may land what it was
+// sent — where it does not (providers.RefundsByListing), since a refund
+// sent again before the provider lists the first is made twice.
+func (s *Service) refundReleaseAfter(ctx context.Context, r *Refund) time.Duration {
+	prov, err := s.accounts.Provider(ctx, r.MerchantID, r.Provider)
+	if err != nil || !providers.DedupesRefunds(prov) {
+		return s.cfg.RecheckAfter // unknown: the longer wait
+	}
+	return s.cfg.StaleAfter
 }
 
 // refundStillUnknown leaves a refund's key in progress for the next run

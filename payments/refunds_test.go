@@ -671,6 +671,88 @@ func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 	return l
 }
 
+// A refund at Paystack, which does not dedupe a refund's reference, whose
+// answer was lost and which Paystack does not list yet: neither the app's
+// retry (a takeover once the lease is gone) nor the sweeper past
+// SWEEP_STALE_AFTER sends it again or releases it for a retry to send — a
+// second refund would be made — until RECHECK_AFTER after it was sent; it
+// is looked up instead, and settles once Paystack lists it. At Stripe or
+// the simulator, which dedupe, a takeover sends again at once, as before
+// (TestRefundContract).
+func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
+	id := pay.JSON(t)["id"].(string)
+	ref := providers.RefundReference(m.ID, "r")
+	ps.LandLateNext()
+	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+	require.Equal(t, 1, ps.Refunds(ref))
+
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, "a takeover at once: looked up, still unknown: %s", retry.Body)
+	require.Equal(t, 1, ps.Refunds(ref), "the retry did not send it again")
+
+	ageKeys(t, g, 10*time.Minute) // past SWEEP_STALE_AFTER, short of RECHECK_AFTER
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "pending", got["status"], "not released: a retry would send it again")
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id), "its amount still reserved")
+	retry = refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+	require.Equal(t, 1, ps.Refunds(ref), "nor did this retry")
+
+	ps.Faults.Land(ref)
+	ageKeys(t, g, 10*time.Minute)
+	sweep(t, g)
+	got = g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "succeeded", got["status"])
+	replay := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusCreated, replay.StatusCode, string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, ps.Refunds(ref), "refunded once")
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+}
+
+// A refund at Paystack that never reached it is released (as
+// not_processed) RECHECK_AFTER after it was sent, not sooner, and the
+// app's retry then sends it.
+func TestRefundAtAListingProviderReleasedAfterRecheckAfter(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
+	id := pay.JSON(t)["id"].(string)
+	ref := providers.RefundReference(m.ID, "r")
+	// A 503 from Paystack: the outcome unknown, and nothing stored there.
+	ps.FailNext(http.StatusServiceUnavailable)
+	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+	require.Zero(t, ps.Refunds(ref))
+
+	ageKeys(t, g, 50*time.Minute)
+	sweep(t, g)
+	require.Equal(t, "pending", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "short of RECHECK_AFTER")
+	ageKeys(t, g, 11*time.Minute)
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "failed", got["status"])
+	require.Equal(t, "not_processed", got["failure_code"])
+
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, "Paystack queues a refund: %s", retry.Body)
+	require.Equal(t, 1, ps.Refunds(ref), "sent once more")
+	ageKeys(t, g, 10*time.Minute)
+	sweep(t, g)
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"])
+	require.Equal(t, 1, ps.Refunds(ref), "refunded once")
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+}
+
 // A refund released as not_processed (the provider's lookup had nothing)
 // that lands at the provider afterwards: the provider's signed refund
 // event makes the gateway look again and re-open it — to succeeded (its

@@ -153,6 +153,24 @@ type Provider interface {
 	LookupRefund(ctx context.Context, req RefundLookup) (RefundResult, error)
 }
 
+// RefundsByListing is implemented by a provider that does not dedupe a
+// refund's reference (Paystack, Flutterwave): its adapter finds an earlier
+// refund only among the charge's listed refunds, so a refund sent again
+// before the provider lists the first is made twice. The gateway never
+// sends such a refund again while an earlier attempt may still be on its
+// way to that list (for RECHECK_AFTER after it was sent).
+type RefundsByListing interface {
+	Provider
+	RefundsByListing()
+}
+
+// DedupesRefunds reports whether p makes one refund of a reference however
+// often it is sent (it does not implement RefundsByListing).
+func DedupesRefunds(p Provider) bool {
+	_, listed := p.(RefundsByListing)
+	return !listed
+}
+
 // Secrets are a tenant's credentials for one provider, as the admin sent them
 // (e.g. {"secret_key": "sk_test_..."}). They are write-only: never logged,
 // never returned.
