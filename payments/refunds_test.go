@@ -476,10 +476,7 @@ func TestRefundWebhookByTransactionIDOnly(t *testing.T) {
 // lookup; a tampered one changes nothing.
 func TestRefundWebhookSettlesAPendingRefund(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, r.StatusCode)
-	id := r.JSON(t)["id"].(string)
+	ps, g, m, id := paidAtPaystack(t)
 	ps.PendNextRefund()
 	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
@@ -651,10 +648,8 @@ type lateRefund struct {
 // with req under the key "r"; pend keeps it pending at the provider.
 func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 	t.Helper()
-	ps, g, m := paystackMerchant(t)
-	r := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
-	l := lateRefund{ps: ps, g: g, m: m, paymentID: r.JSON(t)["id"].(string), ref: providers.RefundReference(m.ID, "r")}
+	ps, g, m, id := paidAtPaystack(t)
+	l := lateRefund{ps: ps, g: g, m: m, paymentID: id, ref: providers.RefundReference(m.ID, "r")}
 	if pend {
 		ps.PendNextRefund()
 	}
@@ -671,6 +666,16 @@ func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 	return l
 }
 
+// paidAtPaystack onboards a Paystack merchant and pays 5000 under the key
+// "p"; it returns the payment's id.
+func paidAtPaystack(t *testing.T) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant, string) {
+	t.Helper()
+	ps, g, m := paystackMerchant(t)
+	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
+	return ps, g, m, pay.JSON(t)["id"].(string)
+}
+
 // A refund at Paystack, which does not dedupe a refund's reference, whose
 // answer was lost and which Paystack does not list yet: neither the app's
 // retry (a takeover once the lease is gone) nor the sweeper past
@@ -681,10 +686,7 @@ func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 // (TestRefundContract).
 func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
-	id := pay.JSON(t)["id"].(string)
+	ps, g, m, id := paidAtPaystack(t)
 	ref := providers.RefundReference(m.ID, "r")
 	ps.LandLateNext()
 	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
@@ -722,10 +724,7 @@ func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 // app's retry then sends it.
 func TestRefundAtAListingProviderReleasedAfterRecheckAfter(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
-	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
-	id := pay.JSON(t)["id"].(string)
+	ps, g, m, id := paidAtPaystack(t)
 	ref := providers.RefundReference(m.ID, "r")
 	// A 503 from Paystack: the outcome unknown, and nothing stored there.
 	ps.FailNext(http.StatusServiceUnavailable)
