@@ -113,8 +113,9 @@
 // Every time of a key is written, and every comparison of times made, by
 // the database's clock inside the statement (package dbclock): the lease
 // (locked_until = now + Lease, lapsed when locked_until < now), the last
-// attempt (attempted_at, set by the claim and by a retry's takeover, never
-// by a settler's), the last poll's lookup (looked_up_at) and completion
+// attempt (attempted_at, set by the claim and by a retry that sends the
+// work again after a takeover, MarkAttempt; never by a settler or a
+// lookup), the last poll's lookup (looked_up_at) and completion
 // (completed_at, which the purge compares with now - KEY_TTL). Gateway
 // instances whose own clocks disagree therefore agree on who owns a key and
 // on what is stale; no instance's clock is ever compared with another's.

@@ -127,8 +127,10 @@ type Claim struct {
 	RequestHash string
 	LegacyHash  string
 	// SinceAttempt is how long ago, by the database's clock, a request
-	// last sent the work out: zero for a fresh claim or a retry's
-	// takeover, the age of the last attempt for a settler's takeover.
+	// last sent the work out (attempted_at): zero for a fresh claim, the
+	// age of the last attempt for any takeover. A retry that then sends
+	// the work again marks its own attempt (MarkAttempt); a settler, and a
+	// retry that only looks the work up, never do.
 	SinceAttempt time.Duration
 	// LeaseEnds is, by this process's (monotonic) clock, an instant before
 	// which the claim's lease certainly has not ended: the lease began, by

@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"gorm.io/gorm"
@@ -180,7 +181,17 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		}
 		return r, cause
 	}
-	if r.Status == RefundPending && claim.SinceAttempt < s.cfg.StaleAfter {
+	var wait time.Duration
+	if r.Status == RefundPending {
+		wait = s.cfg.StaleAfter
+	}
+	if d.Status == RefundFailed {
+		// An operator's "failed" gives the amount back for the merchant to
+		// refund again, as a release does: it waits as long since the last
+		// send (refundReleaseAfter), a refund in review included.
+		wait = max(wait, s.refundReleaseAfter(ctx, &r))
+	}
+	if claim.SinceAttempt < wait {
 		return giveBack(inProgress)
 	}
 	f := refundParams{Status: d.Status, At: s.now()}

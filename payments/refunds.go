@@ -521,7 +521,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 // does not have it" may release it, letting the app's retry send it again:
 // SWEEP_STALE_AFTER where the provider dedupes the refund's reference, and
 // RECHECK_AFTER — the bound on how late a provider may land what it was
-// sent — where it does not (providers.RefundsByListing), since a refund
+// sent — where it does not (providers.RefundDeduper), since a refund
 // sent again before the provider lists the first is made twice.
 func (s *Service) refundReleaseAfter(ctx context.Context, r *Refund) time.Duration {
 	prov, err := s.accounts.Provider(ctx, r.MerchantID, r.Provider)

@@ -703,6 +703,10 @@ func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
 	require.Equal(t, "pending", got["status"], "not released: a retry would send it again")
 	require.EqualValues(t, 1500, amountRefunded(t, g, m, id), "its amount still reserved")
+	// Nor may an operator fail it yet: the merchant would refund again.
+	resolve := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "not at Paystack"})
+	require.Equal(t, http.StatusConflict, resolve.StatusCode, string(resolve.Body))
+	require.Equal(t, "refund_in_progress", resolve.Code(t))
 	retry = refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
 	require.Equal(t, 1, ps.Refunds(ref), "nor did this retry")

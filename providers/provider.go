@@ -153,22 +153,24 @@ type Provider interface {
 	LookupRefund(ctx context.Context, req RefundLookup) (RefundResult, error)
 }
 
-// RefundsByListing is implemented by a provider that does not dedupe a
-// refund's reference (Paystack, Flutterwave): its adapter finds an earlier
-// refund only among the charge's listed refunds, so a refund sent again
-// before the provider lists the first is made twice. The gateway never
-// sends such a refund again while an earlier attempt may still be on its
-// way to that list (for RECHECK_AFTER after it was sent).
-type RefundsByListing interface {
+// RefundDeduper is implemented by a provider that makes one refund of a
+// refund reference however often it is sent (Stripe by the request's
+// Idempotency-Key, the simulator by the reference). Paystack and
+// Flutterwave do not: their adapters find an earlier refund only among
+// the charge's listed refunds, so a refund sent again before the provider
+// lists the first is made twice. The gateway never sends a refund to a
+// provider that is not a RefundDeduper again while an earlier attempt may
+// still be on its way to that list (for RECHECK_AFTER after it was sent).
+// A provider says so itself: one that does not is taken not to dedupe.
+type RefundDeduper interface {
 	Provider
-	RefundsByListing()
+	DedupesRefunds()
 }
 
-// DedupesRefunds reports whether p makes one refund of a reference however
-// often it is sent (it does not implement RefundsByListing).
+// DedupesRefunds reports whether p is a RefundDeduper.
 func DedupesRefunds(p Provider) bool {
-	_, listed := p.(RefundsByListing)
-	return !listed
+	_, ok := p.(RefundDeduper)
+	return ok
 }
 
 // Secrets are a tenant's credentials for one provider, as the admin sent them

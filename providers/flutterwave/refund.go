@@ -36,9 +36,10 @@ import (
 // repeated Refund never refunds twice once the first is listed. As for
 // Paystack, two first calls at once could both create (the gateway
 // serialises a refund key, so only one caller exists), and a create still
-// in flight at Flutterwave when a retry looks is missed: the adapter says
-// so (RefundsByListing), and the gateway sends such a refund again only
-// RECHECK_AFTER after its earlier attempt, looking it up until then.
+// in flight at Flutterwave when a retry looks is missed: so the adapter
+// is no providers.RefundDeduper, and the gateway sends such a refund
+// again only RECHECK_AFTER after its earlier attempt, looking it up until
+// then.
 
 // listRefundPages bounds a look-up (Flutterwave chooses the page size).
 const listRefundPages = 25
@@ -265,7 +266,3 @@ func refundResult(r refund) providers.RefundResult {
 		return providers.RefundResult{Outcome: providers.OutcomePending, RefundID: id}
 	}
 }
-
-// RefundsByListing marks the adapter: Flutterwave does not dedupe a refund's
-// reference, and Refund finds an earlier one only in the charge's list.
-func (p *Provider) RefundsByListing() {}

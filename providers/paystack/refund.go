@@ -32,8 +32,8 @@ import (
 //     caller at a time exists for a reference.
 //   - A create whose answer was lost and which Paystack has not yet made
 //     visible in the list (still in flight at the provider) is missed by a
-//     retry's look-up. The adapter says so (RefundsByListing), and the
-//     gateway then never sends a refund whose earlier attempt may have
+//     retry's look-up. So the adapter is no providers.RefundDeduper, and
+//     the gateway never sends a refund whose earlier attempt may have
 //     reached Paystack again until RECHECK_AFTER after that attempt: until
 //     then it only looks the refund up.
 //
@@ -319,7 +319,3 @@ func isDigits(s string) bool {
 	}
 	return true
 }
-
-// RefundsByListing marks the adapter: Paystack does not dedupe a refund's
-// reference, and Refund finds an earlier one only in the charge's list.
-func (p *Provider) RefundsByListing() {}

@@ -313,6 +313,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.Reference, r.ChargeRefer
 	return s.refundResult(r), nil
 }
 
+// DedupesRefunds marks the simulator a providers.RefundDeduper: a
+// repeated refund reference finds the first refund.
+func (s *Simulator) DedupesRefunds() {}
+
 // LookupRefund implements providers.Provider. It only reads.
 func (s *Simulator) LookupRefund(ctx context.Context, req providers.RefundLookup) (providers.RefundResult, error) {
 	if err := s.wait(ctx); err != nil {

@@ -240,3 +240,8 @@ func refundResult(r stripeRefund) providers.RefundResult {
 		return providers.RefundResult{Outcome: providers.OutcomePending, RefundID: r.ID}
 	}
 }
+
+// DedupesRefunds marks the adapter a providers.RefundDeduper: Stripe
+// answers a repeated Idempotency-Key (our refund reference) with the first
+// refund, for 24 hours (the gateway re-sends only within 23).
+func (p *Provider) DedupesRefunds() {}

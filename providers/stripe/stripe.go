@@ -89,7 +89,10 @@ type Provider struct {
 	whsec  string
 }
 
-var _ providers.Provider = (*Provider)(nil)
+var (
+	_ providers.Provider      = (*Provider)(nil)
+	_ providers.RefundDeduper = (*Provider)(nil)
+)
 
 type paymentIntent struct {
 	ID               string            `json:"id"`
