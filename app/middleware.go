@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"log/slog"
-	"mime"
 	"strconv"
 	"strings"
 	"time"
@@ -158,38 +157,4 @@ func refuseEncodings() fiber.Handler {
 		}
 		return c.Next()
 	}
-}
-
-// jsonBodies answers 415 to a request on the JSON API whose body says it
-// is something else: a form (curl's -d without a Content-Type header), a
-// multipart upload, JSON in another charset. Such a body was parsed as
-// JSON anyway before; refusing it here, before the idempotency claim,
-// tells the client what is wrong and stores nothing. A body without a
-// Content-Type is taken as JSON, as before. The token endpoint takes a
-// form (RFC 6749), and the providers' webhooks are taken as the providers
-// send them (the signature covers the bytes, whatever they are labelled).
-func jsonBodies() fiber.Handler {
-	return func(c *fiber.Ctx) error {
-		// Routing ignores case and a trailing slash; so does this.
-		path := strings.ToLower(strings.TrimRight(c.Path(), "/"))
-		if len(c.Request().Body()) == 0 || path == "/v1/auth/token" || strings.HasPrefix(path, "/v1/webhooks/") {
-			return c.Next()
-		}
-		if ct := c.Request().Header.ContentType(); len(ct) > 0 && !isJSON(string(ct)) {
-			return problem.Write(c, problem.New(fiber.StatusUnsupportedMediaType, "unsupported_media_type",
-				"request bodies must be JSON: send Content-Type: application/json (UTF-8)"))
-		}
-		return c.Next()
-	}
-}
-
-// isJSON reports whether a Content-Type value is application/json, in
-// UTF-8 if it names a charset (RFC 8259 allows no other).
-func isJSON(contentType string) bool {
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != fiber.MIMEApplicationJSON {
-		return false
-	}
-	cs, ok := params["charset"]
-	return !ok || strings.EqualFold(cs, "utf-8")
 }

@@ -339,6 +339,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
@@ -498,6 +504,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
@@ -625,6 +637,12 @@ const docTemplate = `{
                     },
                     "413": {
                         "description": "body_too_large",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -757,6 +775,12 @@ const docTemplate = `{
                     },
                     "413": {
                         "description": "body_too_large",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1491,7 +1515,7 @@ const docTemplate = `{
                         }
                     },
                     "415": {
-                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a Content-Type other than application/json (UTF-8)",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2045,6 +2069,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "422": {
                         "description": "idempotency_key_mismatch",
                         "schema": {
@@ -2262,6 +2292,12 @@ const docTemplate = `{
                     },
                     "409": {
                         "description": "idempotency_key_in_use",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

@@ -67,6 +67,9 @@ func (h *Handler) claim(c *fiber.Ctx) (idempotency.Claim, error) {
 
 func decodeEndpoint(c *fiber.Ctx) (EndpointRequest, error) {
 	var req EndpointRequest
+	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
+		return req, bad
+	}
 	if err := reqjson.Decode(c.Body(), &req); err != nil {
 		var e *reqjson.Error
 		reason := "is not a valid request"
@@ -93,6 +96,7 @@ func decodeEndpoint(c *fiber.Ctx) (EndpointRequest, error) {
 // @Param        request body EndpointRequest true "The endpoint"
 // @Success      201 {object} EndpointView "created; secret shown once"
 // @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid: nothing created"
+// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
@@ -185,6 +189,7 @@ func (h *Handler) getEndpoint(c *fiber.Ctx) error {
 // @Param        request body EndpointRequest true "What to change"
 // @Success      200 {object} EndpointView
 // @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid"
+// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"

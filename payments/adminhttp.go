@@ -187,6 +187,7 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Param        request body ResolveRequest true "The decision"
 // @Success      200 {object} AdminView
 // @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      409 {object} problem.Problem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
@@ -198,7 +199,7 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 	if !wellFormedID(id) {
 		return errPaymentNotFound
 	}
-	st, note, err := decodeResolution(c.Body())
+	st, note, err := decodeResolution(c)
 	if err != nil {
 		return err
 	}
@@ -276,6 +277,7 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @Param        request body ResolveRequest true "The decision"
 // @Success      200 {object} AdminRefund
 // @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "refund_not_found"
 // @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
@@ -288,7 +290,7 @@ func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {
 	if !wellFormed("re_", id) {
 		return notFound
 	}
-	st, note, err := decodeResolution(c.Body())
+	st, note, err := decodeResolution(c)
 	if err != nil {
 		return err
 	}
@@ -303,9 +305,12 @@ func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {
 }
 
 // decodeResolution reads and checks an operator's decision.
-func decodeResolution(body []byte) (status, note string, err error) {
+func decodeResolution(c *fiber.Ctx) (status, note string, err error) {
+	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
+		return "", "", bad
+	}
 	var req ResolveRequest
-	if err := reqjson.Decode(body, &req); err != nil {
+	if err := reqjson.Decode(c.Body(), &req); err != nil {
 		return "", "", problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
 	}
 	if req.Status != string(StatusSucceeded) && req.Status != string(StatusFailed) {

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/idempotency"
 )
@@ -76,7 +77,7 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
 // @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
-// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a Content-Type other than application/json (UTF-8)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
@@ -94,6 +95,9 @@ func (h *Handler) create(c *fiber.Ctx) error {
 	claim, ok := idempotency.ClaimFrom(c)
 	if !ok {
 		return errors.New("payments: create mounted without the idempotency middleware")
+	}
+	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
+		return h.svc.release(c.UserContext(), claim, bad)
 	}
 	// The service may keep the body past this handler (it is stored and
 	// parsed); Fiber reuses its buffer, so hand it a copy.
@@ -356,6 +360,9 @@ func (h *Handler) createRefund(c *fiber.Ctx) error {
 	claim, ok := idempotency.ClaimFrom(c)
 	if !ok {
 		return errors.New("payments: refunds mounted without the idempotency middleware")
+	}
+	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
+		return h.svc.release(c.UserContext(), claim, bad)
 	}
 	answer, err := h.svc.CreateRefund(c.UserContext(), claim, m, utils.CopyString(c.Params("id")), bytes.Clone(c.Body()))
 	if err != nil {

@@ -200,6 +200,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Success		201		{object}	CreatedTenantResponse
 //	@Header			201		{string}	Location	"/admin/v1/tenants/{id}"
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		415		{object}	problem.Problem	"unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
@@ -208,7 +209,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Router			/admin/v1/tenants [post]
 func (h *Handler) createTenant(c *fiber.Ctx) error {
 	var req CreateTenantRequest
-	if p := decodeJSON(c.Body(), &req); p != nil {
+	if p := decodeJSON(c, &req); p != nil {
 		return p
 	}
 	t, creds, err := h.svc.Create(c.UserContext(), CreateParams{
@@ -298,6 +299,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Param			body	body		UpdateTenantRequest	true	"The changes"
 //	@Success		200		{object}	TenantResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		415		{object}	problem.Problem	"unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		404		{object}	problem.Problem	"tenant_not_found"
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
@@ -307,7 +309,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Router			/admin/v1/tenants/{id} [patch]
 func (h *Handler) updateTenant(c *fiber.Ctx) error {
 	var req UpdateTenantRequest
-	if p := decodeJSON(c.Body(), &req); p != nil {
+	if p := decodeJSON(c, &req); p != nil {
 		return p
 	}
 	t, err := h.svc.Update(c.UserContext(), utils.CopyString(c.Params("id")), UpdateParams{
@@ -630,8 +632,11 @@ func toSecrets(m map[string]map[string]string) map[string]providers.Secrets {
 // decodeJSON strictly decodes one JSON object: unknown fields, trailing data
 // and wrong types are 400s naming the field. Reasons never echo the body,
 // which may hold secrets.
-func decodeJSON(body []byte, dst any) *problem.Problem {
-	trimmed := bytes.TrimSpace(body)
+func decodeJSON(c *fiber.Ctx, dst any) *problem.Problem {
+	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
+		return bad
+	}
+	trimmed := bytes.TrimSpace(c.Body())
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must be a JSON object"})
 	}

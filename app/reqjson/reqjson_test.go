@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"mime"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -210,4 +212,29 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzJSONLabel: whatever a client labels its body, the check never
+// panics, and what it takes is JSON or text in UTF-8 (or US-ASCII).
+func FuzzJSONLabel(f *testing.F) {
+	for _, s := range []string{"application/json", "application/json; charset=utf-8", "text/plain;charset=UTF-8",
+		"application/merge-patch+json", "application/x-www-form-urlencoded", "application/json; charset", "\x00",
+		`application/json; charset="utf-8"`, "APPLICATION/JSON;CHARSET=UTF8;x=\"\\\x00\"", "application/+json"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, contentType string) {
+		if !reqjson.JSONLabel(contentType) {
+			return
+		}
+		mt, params, err := mime.ParseMediaType(contentType)
+		if err != nil {
+			t.Fatalf("%q taken, but it does not parse: %v", contentType, err)
+		}
+		if mt != "application/json" && mt != "text/plain" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+			t.Fatalf("%q taken as JSON: %q", contentType, mt)
+		}
+		if cs, ok := params["charset"]; ok && !slices.Contains([]string{"utf-8", "utf8", "us-ascii"}, strings.ToLower(cs)) {
+			t.Fatalf("%q taken with charset %q", contentType, cs)
+		}
+	})
 }

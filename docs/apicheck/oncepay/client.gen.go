@@ -5417,6 +5417,11 @@ type AdminResolvePaymentResponse409Headers struct {
 	XRequestId string
 }
 
+// AdminResolvePaymentResponse415Headers the declared response headers of an HTTP 415 response for AdminResolvePayment
+type AdminResolvePaymentResponse415Headers struct {
+	XRequestId string
+}
+
 // AdminResolvePaymentResponse500Headers the declared response headers of an HTTP 500 response for AdminResolvePayment
 type AdminResolvePaymentResponse500Headers struct {
 	XRequestId string
@@ -5435,6 +5440,8 @@ type AdminResolvePaymentResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -5447,6 +5454,8 @@ type AdminResolvePaymentResponse struct {
 	Headers404 *AdminResolvePaymentResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AdminResolvePaymentResponse409Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *AdminResolvePaymentResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AdminResolvePaymentResponse500Headers
 }
@@ -5474,6 +5483,11 @@ func (r AdminResolvePaymentResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AdminResolvePaymentResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5625,6 +5639,11 @@ type AdminResolveRefundResponse409Headers struct {
 	XRequestId string
 }
 
+// AdminResolveRefundResponse415Headers the declared response headers of an HTTP 415 response for AdminResolveRefund
+type AdminResolveRefundResponse415Headers struct {
+	XRequestId string
+}
+
 // AdminResolveRefundResponse500Headers the declared response headers of an HTTP 500 response for AdminResolveRefund
 type AdminResolveRefundResponse500Headers struct {
 	XRequestId string
@@ -5643,6 +5662,8 @@ type AdminResolveRefundResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -5655,6 +5676,8 @@ type AdminResolveRefundResponse struct {
 	Headers404 *AdminResolveRefundResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AdminResolveRefundResponse409Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *AdminResolveRefundResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AdminResolveRefundResponse500Headers
 }
@@ -5682,6 +5705,11 @@ func (r AdminResolveRefundResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AdminResolveRefundResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5829,6 +5857,11 @@ type CreateTenantResponse413Headers struct {
 	XRequestId string
 }
 
+// CreateTenantResponse415Headers the declared response headers of an HTTP 415 response for CreateTenant
+type CreateTenantResponse415Headers struct {
+	XRequestId string
+}
+
 // CreateTenantResponse500Headers the declared response headers of an HTTP 500 response for CreateTenant
 type CreateTenantResponse500Headers struct {
 	XRequestId string
@@ -5845,6 +5878,8 @@ type CreateTenantResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -5855,6 +5890,8 @@ type CreateTenantResponse struct {
 	Headers401 *CreateTenantResponse401Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateTenantResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateTenantResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTenantResponse500Headers
 }
@@ -5877,6 +5914,11 @@ func (r CreateTenantResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateTenantResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateTenantResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6028,6 +6070,11 @@ type UpdateTenantResponse413Headers struct {
 	XRequestId string
 }
 
+// UpdateTenantResponse415Headers the declared response headers of an HTTP 415 response for UpdateTenant
+type UpdateTenantResponse415Headers struct {
+	XRequestId string
+}
+
 // UpdateTenantResponse500Headers the declared response headers of an HTTP 500 response for UpdateTenant
 type UpdateTenantResponse500Headers struct {
 	XRequestId string
@@ -6046,6 +6093,8 @@ type UpdateTenantResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -6058,6 +6107,8 @@ type UpdateTenantResponse struct {
 	Headers404 *UpdateTenantResponse404Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateTenantResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateTenantResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateTenantResponse500Headers
 }
@@ -6085,6 +6136,11 @@ func (r UpdateTenantResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateTenantResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateTenantResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -7903,6 +7959,11 @@ type CreateWebhookEndpointResponse409Headers struct {
 	XRequestId string
 }
 
+// CreateWebhookEndpointResponse415Headers the declared response headers of an HTTP 415 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse415Headers struct {
+	XRequestId string
+}
+
 // CreateWebhookEndpointResponse422Headers the declared response headers of an HTTP 422 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse422Headers struct {
 	XRequestId string
@@ -7924,6 +7985,8 @@ type CreateWebhookEndpointResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -7936,6 +7999,8 @@ type CreateWebhookEndpointResponse struct {
 	Headers401 *CreateWebhookEndpointResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateWebhookEndpointResponse409Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateWebhookEndpointResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateWebhookEndpointResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -7960,6 +8025,11 @@ func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -8234,6 +8304,11 @@ type UpdateWebhookEndpointResponse409Headers struct {
 	XRequestId string
 }
 
+// UpdateWebhookEndpointResponse415Headers the declared response headers of an HTTP 415 response for UpdateWebhookEndpoint
+type UpdateWebhookEndpointResponse415Headers struct {
+	XRequestId string
+}
+
 // UpdateWebhookEndpointResponse422Headers the declared response headers of an HTTP 422 response for UpdateWebhookEndpoint
 type UpdateWebhookEndpointResponse422Headers struct {
 	XRequestId string
@@ -8257,6 +8332,8 @@ type UpdateWebhookEndpointResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -8271,6 +8348,8 @@ type UpdateWebhookEndpointResponse struct {
 	Headers404 *UpdateWebhookEndpointResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateWebhookEndpointResponse409Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateWebhookEndpointResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateWebhookEndpointResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -8300,6 +8379,11 @@ func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -9705,6 +9789,13 @@ func ParseAdminResolvePaymentResponse(rsp *http.Response) (*AdminResolvePaymentR
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9765,6 +9856,16 @@ func ParseAdminResolvePaymentResponse(rsp *http.Response) (*AdminResolvePaymentR
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 415:
+		var headers AdminResolvePaymentResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers AdminResolvePaymentResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9919,6 +10020,13 @@ func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundRes
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9979,6 +10087,16 @@ func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundRes
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 415:
+		var headers AdminResolveRefundResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers AdminResolveRefundResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10126,6 +10244,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10183,6 +10308,16 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateTenantResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTenantResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10337,6 +10472,13 @@ func ParseUpdateTenantResponse(rsp *http.Response) (*UpdateTenantResponse, error
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10397,6 +10539,16 @@ func ParseUpdateTenantResponse(rsp *http.Response) (*UpdateTenantResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateTenantResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateTenantResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -12405,6 +12557,13 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12462,6 +12621,16 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateWebhookEndpointResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateWebhookEndpointResponse422Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -12750,6 +12919,13 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12817,6 +12993,16 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateWebhookEndpointResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateWebhookEndpointResponse422Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

@@ -1,4 +1,0 @@
-package app
-
-// IsJSON is isJSON, for the fuzz target.
-var IsJSON = isJSON
