@@ -124,6 +124,7 @@ func TestHostileInput(t *testing.T) {
 		{name: "NULInEmail", method: "POST", path: "/v1/payments", body: []byte(`{"amount":5000,"currency":"NGN","email":"ada\u0000@example.com","payment_method":"sim_success"}`), headers: key("h3"), status: 400, code: "invalid_request"},
 		{name: "NULInCurrency", method: "POST", path: "/v1/payments", body: []byte(`{"amount":5000,"currency":"NG\u0000","email":"ada@example.com","payment_method":"sim_success"}`), headers: key("h4"), status: 400, code: "invalid_request"},
 		{name: "InvalidUTF8InDescription", method: "POST", path: "/v1/payments", body: pay(",\"description\":\"caf\xe9\""), headers: key("h5"), status: 400, code: "invalid_request"},
+		{name: "NullMetadataValue", method: "POST", path: "/v1/payments", body: pay(`,"metadata":{"k":null}`), headers: key("h16"), status: 400, code: "invalid_request"},
 		{name: "InvalidUTF8InMetadata", method: "POST", path: "/v1/payments", body: pay(",\"metadata\":{\"k\":\"\xff\xfe\"}"), headers: key("h6"), status: 400, code: "invalid_request"},
 		{name: "DuplicateAmount", method: "POST", path: "/v1/payments", body: pay(`,"amount":70000`), headers: key("h7"), status: 400, code: "invalid_request"},
 		{name: "CaseFoldedAmount", method: "POST", path: "/v1/payments", body: pay(`,"AMOUNT":70000`), headers: key("h8"), status: 400, code: "invalid_request"},

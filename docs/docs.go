@@ -3089,7 +3089,7 @@ const docTemplate = `{
                     "example": "ada@example.com"
                 },
                 "metadata": {
-                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).",
+                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).",
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"
@@ -3119,7 +3119,7 @@ const docTemplate = `{
                     "example": 3000
                 },
                 "metadata": {
-                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).",
+                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).",
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"

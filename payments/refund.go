@@ -126,8 +126,8 @@ type CreateRefundRequest struct {
 	// Reason: requested_by_customer, duplicate, fraudulent, or free text of
 	// at most 200 characters.
 	Reason string `json:"reason,omitempty" example:"requested_by_customer"`
-	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
-	Metadata map[string]string `json:"metadata,omitempty" example:"order_id:1001"`
+	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	Metadata map[string]*string `json:"metadata,omitempty" swaggertype:"object,string" example:"order_id:1001"`
 } // @name CreateRefundRequest
 
 // maxReason bounds a refund's free-text reason, in characters.

@@ -126,6 +126,8 @@ func refundContract(t *testing.T, g *apptest.Gateway) {
 		require.Equal(t, http.StatusBadRequest, dup.StatusCode)
 		long := refundOf(g, m, id, "r-long", map[string]any{"reason": string(make([]byte, 201))})
 		require.Equal(t, http.StatusBadRequest, long.StatusCode)
+		null := refundOf(g, m, id, "r-null", map[string]any{"metadata": map[string]any{"k": nil}})
+		require.Equal(t, http.StatusBadRequest, null.StatusCode, "a null metadata value is not stored as \"\"")
 	})
 
 	t.Run("OnlySucceededPaymentsOfTheCaller", func(t *testing.T) {

@@ -29,8 +29,8 @@ type CreateRequest struct {
 	Provider string `json:"provider,omitempty" example:"simulator"`
 	// Description is free text shown to the merchant.
 	Description string `json:"description,omitempty" example:"Order #1001"`
-	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
-	Metadata map[string]string `json:"metadata,omitempty" example:"order_id:1001"`
+	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	Metadata map[string]*string `json:"metadata,omitempty" swaggertype:"object,string" example:"order_id:1001"`
 } // @name CreatePaymentRequest
 
 // Limits of a payment request.
@@ -121,20 +121,24 @@ func reqjsonReason(err error) string {
 }
 
 // checkMetadata is the reason metadata is refused, or "".
-func checkMetadata(md map[string]string) string {
+func checkMetadata(md map[string]*string) string {
 	if len(md) > maxMetadata {
 		return fmt.Sprintf("must have at most %d keys", maxMetadata)
 	}
 	for k, v := range md {
-		if k == "" || len(k) > maxMetaKey || len(v) > maxMetaValue {
+		if v == nil {
+			return "values must be strings (null is not one)"
+		}
+		if k == "" || len(k) > maxMetaKey || len(*v) > maxMetaValue {
 			return fmt.Sprintf("keys must be 1 to %d characters and values at most %d", maxMetaKey, maxMetaValue)
 		}
 	}
 	return ""
 }
 
-// encodeMetadata is metadata as stored: a JSON object, keys sorted.
-func encodeMetadata(md map[string]string) string {
+// encodeMetadata is metadata checked by checkMetadata as stored: a JSON
+// object, keys sorted.
+func encodeMetadata(md map[string]*string) string {
 	if len(md) == 0 {
 		return "{}"
 	}

@@ -702,7 +702,7 @@ type CreatePaymentRequest struct {
 	// Example: ada@example.com
 	Email string `json:"email"`
 
-	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
+	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
 	//
 	// Example: {"order_id":"1001"}
 	Metadata *map[string]string `json:"metadata,omitempty"`
@@ -726,7 +726,7 @@ type CreateRefundRequest struct {
 	// Example: 3000
 	Amount *int `json:"amount,omitempty"`
 
-	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars).
+	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
 	//
 	// Example: {"order_id":"1001"}
 	Metadata *map[string]string `json:"metadata,omitempty"`
