@@ -725,15 +725,24 @@ func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
 }
 
-// A refund at Paystack that never reached it is released (as
-// not_processed) RECHECK_AFTER after it was sent, not sooner, and the
-// app's retry then sends it.
+// A refund at Paystack that never reached it: refused at once when the
+// adapter's look-up before the create fails (nothing was sent); released
+// (as not_processed) RECHECK_AFTER after it was sent when the create's
+// answer was a 5xx, not sooner, and the app's retry then sends it.
 func TestRefundAtAListingProviderReleasedAfterRecheckAfter(t *testing.T) {
 	t.Parallel()
 	ps, g, m, id := paidAtPaystack(t)
 	ref := providers.RefundReference(m.ID, "r")
-	// A 503 from Paystack: the outcome unknown, and nothing stored there.
+	// A 503 on the look-up Paystack's adapter makes before creating:
+	// nothing was sent, said at once (503, the amount given back).
 	ps.FailNext(http.StatusServiceUnavailable)
+	early := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusServiceUnavailable, early.StatusCode, string(early.Body))
+	require.Equal(t, "provider_unavailable", early.Code(t))
+	require.Zero(t, amountRefunded(t, g, m, id))
+	// A 503 on the create itself: the outcome unknown (and nothing stored
+	// there, which the gateway cannot know).
+	ps.FailNextPost(http.StatusServiceUnavailable)
 	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
 	refundID := lost.JSON(t)["id"].(string)

@@ -112,7 +112,9 @@ type refundBody struct {
 // it, the one verify_by_reference gives for the charge reference (no such
 // charge: a failed no_charge result). A refusal we recognise is a final
 // failed result; any other 4xx is ErrNotCharged; 5xx (Flutterwave's 503
-// gateway timeout too), a timeout or a cut connection is ErrUnknown.
+// gateway timeout too), a timeout or a cut connection is ErrUnknown — on
+// the POST: any failure of the look-ups before it is ErrNotCharged, since
+// nothing that could refund was sent.
 func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (providers.RefundResult, error) {
 	major, err := providers.FormatMajor(req.Amount, req.Currency)
 	if err != nil {
@@ -120,13 +122,13 @@ func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (pro
 	}
 	txID, found, err := p.transactionID(ctx, req.ChargeReference, req.TransactionID)
 	if err != nil {
-		return providers.RefundResult{}, err
+		return providers.RefundResult{}, wire.BeforeCreate(Name, err)
 	}
 	if !found {
 		return wire.RefundFailed("", wire.RefundNoCharge), nil
 	}
 	if r, found, err := p.findRefund(ctx, req.Reference, txID); err != nil {
-		return providers.RefundResult{}, err
+		return providers.RefundResult{}, wire.BeforeCreate(Name, err)
 	} else if found {
 		return refundResult(r), nil
 	}

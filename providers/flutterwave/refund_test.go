@@ -31,6 +31,7 @@ func TestRefundConformance(t *testing.T) {
 				SettleRefund:     fake.SettleRefund,
 				RejectNextRefund: func(*providers.RefundRequest) { fake.FailNext(http.StatusUnauthorized) },
 				FailNext:         fake.FailNext,
+				FailNextCreate:   fake.FailNextPost,
 				HangNextRefund:   fake.HangNextResponse,
 				Impatient:        newProvider(t, fake.URL, flutterwavetest.SecretKey, 100*time.Millisecond),
 			}

@@ -98,18 +98,19 @@ type refundBody struct {
 // sweeper and LookupRefund see it settle. A refusal Paystack documents
 // ("Transaction has been fully reversed", "Insufficient balance ...") is a
 // final failed result; any other 4xx is ErrNotCharged; 5xx, a timeout or a
-// cut connection is ErrUnknown.
+// cut connection is ErrUnknown — on the POST: any failure of the look-ups
+// before it is ErrNotCharged, since nothing that could refund was sent.
 func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (providers.RefundResult, error) {
 	txID, found, err := p.transactionID(ctx, req.ChargeReference, req.TransactionID)
 	if err != nil {
-		return providers.RefundResult{}, err
+		return providers.RefundResult{}, wire.BeforeCreate(Name, err)
 	}
 	if !found {
 		return wire.RefundFailed("", wire.RefundNoCharge), nil
 	}
 	// Look ours up before creating: Paystack would make a second refund.
 	if r, found, err := p.findRefund(ctx, req.Reference, WireReference(req.ChargeReference), txID); err != nil {
-		return providers.RefundResult{}, err
+		return providers.RefundResult{}, wire.BeforeCreate(Name, err)
 	} else if found {
 		return refundResult(r), nil
 	}

@@ -30,6 +30,7 @@ func refundBackend(t *testing.T) (*paystacktest.Server, providertest.RefundBacke
 		SettleRefund:     fake.SettleRefund,
 		RejectNextRefund: func(*providers.RefundRequest) { fake.FailNext(http.StatusUnauthorized) },
 		FailNext:         fake.FailNext,
+		FailNextCreate:   fake.FailNextPost,
 		HangNextRefund:   fake.HangNextResponse,
 		Impatient:        newProvider(t, fake.URL, paystacktest.SecretKey, 100*time.Millisecond),
 	}

@@ -35,6 +35,11 @@ type RefundBackend struct {
 	RejectNextRefund func(req *providers.RefundRequest)
 	// FailNext, when set, answers the backend's next request with status.
 	FailNext func(status int)
+	// FailNextCreate, when set, answers the backend's next request that
+	// could make a refund (its POST) with status, letting through the
+	// look-ups the adapter makes before it. Leave it nil for an adapter
+	// whose Refund sends nothing before that request (FailNext is used).
+	FailNextCreate func(status int)
 	// HangNextRefund, when set with Impatient, makes the next refund be
 	// made and its answer held until the client gives up; Impatient is
 	// Provider with a short HTTP timeout.
@@ -294,13 +299,33 @@ func RunRefunds(t *testing.T, h RefundHarness) {
 		}
 		c, res := charge(t, b, h.SuccessMethod)
 		r := refund(t, c, res, h.Amount)
+		failCreate := b.FailNextCreate
+		if failCreate == nil {
+			failCreate = b.FailNext
+		}
 		for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable} {
-			b.FailNext(status)
+			failCreate(status)
 			_, err := b.Provider.Refund(ctx, r)
 			RequireClass(t, err, providers.ErrUnknown)
 			b.FailNext(status)
 			_, err = b.Provider.LookupRefund(ctx, lookup(r))
 			RequireClass(t, err, providers.ErrUnknown)
+		}
+		require.Equal(t, 0, b.Refunds(r.Reference))
+		succeeded(t, b, r)
+	}}, refundCase{"ServerErrorBeforeTheCreateIsNotCharged", func(t *testing.T, b RefundBackend) {
+		// An adapter that looks its refund up before creating it (Paystack,
+		// Flutterwave): a failed look-up means nothing was sent that could
+		// refund, which the gateway may answer at once.
+		if b.FailNextCreate == nil {
+			t.Skip("the adapter sends nothing before its create")
+		}
+		c, res := charge(t, b, h.SuccessMethod)
+		r := refund(t, c, res, h.Amount)
+		for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable} {
+			b.FailNext(status)
+			_, err := b.Provider.Refund(ctx, r)
+			RequireClass(t, err, providers.ErrNotCharged)
 		}
 		require.Equal(t, 0, b.Refunds(r.Reference))
 		succeeded(t, b, r)

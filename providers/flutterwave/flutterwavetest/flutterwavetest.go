@@ -127,7 +127,7 @@ func (s *Server) Webhook(reference string) (http.Header, []byte, error) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if status, ok := fake.NextFailure(&s.Faults); ok {
+	if status, ok := fake.NextFailure(&s.Faults, r); ok {
 		writeError(w, status, "An error occurred. Please contact support")
 		return
 	}

@@ -28,6 +28,7 @@ type Faults struct {
 	late    int // charges to keep out of sight after losing their answer
 	hidden  map[string]bool
 	fail    []int
+	failPOS []int // as fail, for the next POST only
 	counts  map[string]int
 	total   int
 	pend    int // refunds to keep pending until the fake's SettleRefund
@@ -113,16 +114,29 @@ func (f *Faults) TotalCharges() int {
 	return f.total
 }
 
-// NextFailure takes the status queued by FailNext, if there is one. The
-// fake's handler calls it first and answers with its provider's error body.
-func NextFailure(f *Faults) (int, bool) {
+// FailNextPost is FailNext for the next POST (a charge or a refund being
+// made), letting the reads an adapter makes before it through.
+func (f *Faults) FailNextPost(status int) {
+	f.mu.Lock()
+	f.failPOS = append(f.failPOS, status)
+	f.mu.Unlock()
+}
+
+// NextFailure takes the status queued by FailNext (or, for a POST, by
+// FailNextPost), if there is one. The fake's handler calls it first and
+// answers with its provider's error body.
+func NextFailure(f *Faults, r *http.Request) (int, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.fail) == 0 {
+	q := &f.fail
+	if len(*q) == 0 && r.Method == http.MethodPost {
+		q = &f.failPOS
+	}
+	if len(*q) == 0 {
 		return 0, false
 	}
-	status := f.fail[0]
-	f.fail = f.fail[1:]
+	status := (*q)[0]
+	*q = (*q)[1:]
 	return status, true
 }
 

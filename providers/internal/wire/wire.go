@@ -169,6 +169,19 @@ func NeverSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
+// BeforeCreate classifies the error of a read an adapter makes before the
+// request that could create anything (a refund's look-up before its POST):
+// nothing that could was sent, so it is ErrNotCharged whatever the read's
+// own class — a 5xx or a timeout on the read included. The gateway then
+// answers that nothing was done at once, instead of holding an outcome it
+// takes for unknown.
+func BeforeCreate(name string, err error) error {
+	if errors.Is(err, providers.ErrNotCharged) {
+		return err
+	}
+	return fmt.Errorf("%s: %w (nothing was sent): %v", name, providers.ErrNotCharged, err)
+}
+
 // StatusClass classifies a non-success HTTP status the adapter has no more
 // specific rule for: 5xx and 408/409 (still running, or it timed out while
 // running) leave the outcome unknown; every other 4xx (validation, bad key,

@@ -195,7 +195,7 @@ func (s *Server) Webhook(reference string) (http.Header, []byte, error) {
 var referenceRE = regexp.MustCompile(`^[A-Za-z0-9.=-]+$`)
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if status, ok := fake.NextFailure(&s.Faults); ok {
+	if status, ok := fake.NextFailure(&s.Faults, r); ok {
 		fake.WriteJSON(w, status, map[string]any{"status": false, "message": "An error occurred"})
 		return
 	}

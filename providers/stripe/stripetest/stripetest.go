@@ -157,7 +157,7 @@ func (s *Server) find(reference string) *intent {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if status, ok := fake.NextFailure(&s.Faults); ok {
+	if status, ok := fake.NextFailure(&s.Faults, r); ok {
 		writeError(w, status, "api_error", "", "An unknown error occurred")
 		return
 	}
