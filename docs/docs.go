@@ -152,6 +152,12 @@ const docTemplate = `{
                     },
                     {
                         "type": "string",
+                        "description": "The tenant's Idempotency-Key of the payment (with tenant_id)",
+                        "name": "idempotency_key",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
                         "description": "The customer's email, exactly",
                         "name": "email",
                         "in": "query"

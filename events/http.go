@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/idempotency"
@@ -308,6 +309,9 @@ type DeliveryPage struct {
 // @ID           listWebhookDeliveries
 // @Router       /v1/webhook_endpoints/{id}/deliveries [get]
 func (h *Handler) deliveries(c *fiber.Ctx) error {
+	if err := query.Known(c, "limit", "cursor"); err != nil {
+		return err
+	}
 	id := c.Params("id")
 	if !wellFormed("we_", id) {
 		return errEndpointNotFound
@@ -381,6 +385,9 @@ type EventBody struct {
 // @ID           listEvents
 // @Router       /v1/events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
+	if err := query.Known(c, "type", "created_from", "limit", "cursor"); err != nil {
+		return err
+	}
 	p := ListParams{Type: c.Query("type")}
 	if p.Type != "" && !known(p.Type) {
 		return invalid("type", "must be one of "+strings.Join(Types, ", "))

@@ -124,6 +124,16 @@ func TestOperatorDesk(t *testing.T) {
 		require.False(t, before[ida] || before[idb] || before[ide])
 		upTo := idsOf("created_to=" + future)
 		require.True(t, upTo[ida] && upTo[idb] && upTo[ide])
+		// By the tenant's own key, with the tenant (keys are per tenant).
+		require.Equal(t, map[string]bool{ide: true}, idsOf("tenant_id="+b.ID+"&idempotency_key=s-email"))
+		require.Equal(t, map[string]bool{ide: true}, idsOf("tenant_id="+b.ID+"&idempotency_key=%22s-email%22"), "as the header would carry it")
+		require.Empty(t, idsOf("tenant_id="+a.ID+"&idempotency_key=s-email"))
+		// A parameter the search does not take is refused, never ignored:
+		// ignored, it would answer with everyone's payments.
+		for _, q := range []string{"idempotency_key=s-email", "request_id=abc", "metadata%5Border_id%5D=1001", "Status=failed"} {
+			r := adminDo(g, "GET", "/admin/v1/payments?"+q, nil)
+			require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s: %s", q, r.Body)
+		}
 		for _, q := range []string{"status=bogus", "created_from=yesterday", "limit=0", "cursor=%00", "tenant_id=%00", "email=%00",
 			"created_from=9999-12-31T23:59:59-23:59", "created_to=0001-01-01T00:00:00%2B00:01"} { // outside 0001-9999 in UTC
 			r := adminDo(g, "GET", "/admin/v1/payments?"+q, nil)

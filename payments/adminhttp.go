@@ -8,8 +8,10 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/app/reqtime"
+	"github.com/oncepay/gateway/idempotency"
 )
 
 // AdminRoutes mounts the operator desk on r, the admin group (already
@@ -84,6 +86,7 @@ type ResolveRequest struct {
 // @Param        status             query string false "Only in this status" Enums(processing, succeeded, failed, requires_review)
 // @Param        provider           query string false "Only through this provider"
 // @Param        provider_reference query string false "Our reference at the provider (op-…)"
+// @Param        idempotency_key    query string false "The tenant's Idempotency-Key of the payment (with tenant_id)"
 // @Param        email              query string false "The customer's email, exactly"
 // @Param        created_from       query string false "Created at or after (RFC 3339)" format(date-time)
 // @Param        created_to         query string false "Created before (RFC 3339)" format(date-time)
@@ -96,6 +99,9 @@ type ResolveRequest struct {
 // @ID           adminSearchPayments
 // @Router       /admin/v1/payments [get]
 func (h *Handler) adminSearch(c *fiber.Ctx) error {
+	if err := query.Known(c, "tenant_id", "status", "provider", "provider_reference", "idempotency_key", "email", "created_from", "created_to", "limit", "cursor"); err != nil {
+		return err
+	}
 	p := SearchParams{TenantID: c.Query("tenant_id"), Status: Status(c.Query("status")), Provider: c.Query("provider"),
 		ProviderReference: c.Query("provider_reference"), Email: c.Query("email")}
 	if err := checkStatusFilter(p.Status); err != nil {
@@ -108,6 +114,14 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 	}
 	if p.Email != "" && !printableText(p.Email, 254) {
 		return problem.Invalid(problem.FieldError{Field: "email", Reason: "is not an email address"})
+	}
+	if v := c.Query("idempotency_key"); v != "" {
+		key, err := idempotency.NormalizeKey(v)
+		if err != nil || p.TenantID == "" {
+			return problem.Invalid(problem.FieldError{Field: "idempotency_key",
+				Reason: "must be a key as the tenant sent it (1 to 255 printable ASCII characters), with tenant_id: keys are per tenant"})
+		}
+		p.IdempotencyKey = key
 	}
 	var err error
 	if p.CreatedFrom, p.CreatedTo, err = createdRange(c); err != nil {
@@ -232,6 +246,9 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 // @ID           adminSearchRefunds
 // @Router       /admin/v1/refunds [get]
 func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
+	if err := query.Known(c, "tenant_id", "status", "limit", "cursor"); err != nil {
+		return err
+	}
 	p := RefundSearchParams{TenantID: c.Query("tenant_id"), Status: RefundStatus(c.Query("status"))}
 	switch p.Status {
 	case "", RefundPending, RefundSucceeded, RefundFailed, RefundRequiresReview:

@@ -14,6 +14,7 @@ type SearchParams struct {
 	Status            Status
 	Provider          string
 	ProviderReference string
+	IdempotencyKey    string // with TenantID: keys are per tenant
 	Email             string
 	CreatedFrom       *time.Time // inclusive
 	CreatedTo         *time.Time // exclusive
@@ -35,6 +36,9 @@ func (s *Store) Search(ctx context.Context, p SearchParams) ([]Payment, error) {
 	}
 	if p.ProviderReference != "" {
 		q = q.Where("provider_reference = ?", p.ProviderReference)
+	}
+	if p.IdempotencyKey != "" {
+		q = q.Where("idempotency_key = ?", p.IdempotencyKey)
 	}
 	if p.Email != "" {
 		q = q.Where("email = ?", p.Email)

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/app/reqtime"
 	"github.com/oncepay/gateway/idempotency"
@@ -195,6 +196,9 @@ type Page struct {
 func (h *Handler) list(c *fiber.Ctx) error {
 	m, err := h.caller(c)
 	if err != nil {
+		return err
+	}
+	if err := query.Known(c, "status", "created_from", "created_to", "email", "metadata[", "limit", "cursor"); err != nil {
 		return err
 	}
 	params := ListParams{Limit: 20, Status: Status(c.Query("status"))}
@@ -401,6 +405,9 @@ type RefundPage struct {
 func (h *Handler) listRefunds(c *fiber.Ctx) error {
 	m, err := h.caller(c)
 	if err != nil {
+		return err
+	}
+	if err := query.Known(c, "limit", "cursor"); err != nil {
 		return err
 	}
 	id := c.Params("id")

@@ -334,7 +334,7 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 	failed := g.Get(m, "/v1/payments?status=failed").JSON(t)["data"].([]any)
 	require.Len(t, failed, 2)
 
-	for _, q := range []string{"status=nope", "limit=0", "limit=101", "cursor=%%%"} {
+	for _, q := range []string{"status=nope", "limit=0", "limit=101", "cursor=%%%", "statuss=failed", "tenant_id=x"} {
 		r := g.Get(m, "/v1/payments?"+q)
 		require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
 		require.Equal(t, "invalid_request", r.Code(t))

@@ -20,6 +20,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
 	"github.com/oncepay/gateway/providers"
 )
@@ -242,6 +243,9 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@ID				listTenants
 //	@Router			/admin/v1/tenants [get]
 func (h *Handler) listTenants(c *fiber.Ctx) error {
+	if err := query.Known(c, "limit", "cursor"); err != nil {
+		return err
+	}
 	p := ListParams{Cursor: utils.CopyString(c.Query("cursor"))}
 	if s := c.Query("limit"); s != "" {
 		n, err := strconv.Atoi(s)

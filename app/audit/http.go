@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqtime"
 )
 
@@ -51,6 +52,9 @@ type Page struct {
 // @ID           listAuditEvents
 // @Router       /admin/v1/audit-events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
+	if err := query.Known(c, "tenant_id", "action", "limit", "cursor"); err != nil {
+		return err
+	}
 	f := Filter{TenantID: c.Query("tenant_id"), Action: c.Query("action")}
 	if f.TenantID != "" && !printableID(f.TenantID) {
 		return problem.Invalid(problem.FieldError{Field: "tenant_id", Reason: "is not a tenant id"})

@@ -1345,6 +1345,9 @@ type AdminSearchPaymentsParams struct {
 	// ProviderReference Our reference at the provider (op-…)
 	ProviderReference *string `form:"provider_reference,omitempty" json:"provider_reference,omitempty"`
 
+	// IdempotencyKey The tenant's Idempotency-Key of the payment (with tenant_id)
+	IdempotencyKey *string `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
+
 	// Email The customer's email, exactly
 	Email *string `form:"email,omitempty" json:"email,omitempty"`
 
@@ -3036,6 +3039,18 @@ func NewAdminSearchPaymentsRequest(server string, params *AdminSearchPaymentsPar
 		if params.ProviderReference != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "provider_reference", *params.ProviderReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IdempotencyKey != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "idempotency_key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -1,0 +1,51 @@
+// Package query checks a request's query string against the parameters
+// its route reads, so that a misspelt or unsupported filter is a 400
+// rather than a silently wider answer — an operator who searches by a
+// parameter the route does not know must not get everyone's payments.
+package query
+
+import (
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/oncepay/gateway/app/problem"
+)
+
+// Known returns a 400 invalid_request naming the first parameter of c's
+// query string that is none of known, or nil. A known name ending in "["
+// stands for every parameter "name[…]" (metadata[order_id]).
+func Known(c *fiber.Ctx, known ...string) error {
+	var unknown string
+	c.Context().QueryArgs().VisitAll(func(k, _ []byte) {
+		if unknown == "" && !allowed(string(k), known) {
+			unknown = string(k)
+		}
+	})
+	if unknown == "" {
+		return nil
+	}
+	if len(unknown) > 64 || !printable(unknown) {
+		unknown = "query" // not echoed: it is not a name anyone documented
+	}
+	return problem.Invalid(problem.FieldError{Field: unknown,
+		Reason: "is not a parameter of this route; it takes " + strings.Join(known, ", ")})
+}
+
+func allowed(name string, known []string) bool {
+	for _, k := range known {
+		if name == k || strings.HasSuffix(k, "[") && strings.HasPrefix(name, k) && strings.HasSuffix(name, "]") {
+			return true
+		}
+	}
+	return false
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
