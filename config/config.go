@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -351,6 +352,16 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		c.Log.Format = "text"
 		if c.Production() {
 			c.Log.Format = "json"
+		}
+	}
+	// Checked here, with the others, rather than at bind time — after the
+	// migrations ran and the admin key was printed, and without the name.
+	if _, port, err := net.SplitHostPort(c.Addr); err != nil || !validPort(port) {
+		r.fail("GATEWAY_ADDR", "must be host:port or :port (like :8080)")
+	}
+	if a := c.Metrics.Addr; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
+			r.fail("METRICS_ADDR", "must be host:port or :port (like 127.0.0.1:9090), or unset")
 		}
 	}
 	if c.Log.Format != "json" && c.Log.Format != "text" {
@@ -737,4 +748,11 @@ func (r *reader) url(name, def string) string {
 		return def
 	}
 	return v
+}
+
+// validPort reports whether s is a port a listener can take: a number
+// from 0 (any free port) to 65535.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535 && strconv.Itoa(n) == s
 }

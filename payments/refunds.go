@@ -376,7 +376,7 @@ func (s *Service) refundNotSent(ctx context.Context, claim idempotency.Claim, r 
 	case !ok:
 		return s.completeRefund(ctx, claim, r)
 	}
-	s.cfg.Log.WarnContext(ctx, "provider did not refund; key released", "refund_id", r.ID, "provider", r.Provider, "err", cause)
+	s.cfg.Log.WarnContext(ctx, "provider did not refund; key released", "merchant_id", r.MerchantID, "payment_id", r.PaymentID, "refund_id", r.ID, "provider", r.Provider, "err", cause)
 	return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 		"the payment provider is unavailable and did not refund; retry with the same Idempotency-Key").
 		WithRetryAfter(5).With("refund_id", r.ID)

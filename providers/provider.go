@@ -188,7 +188,7 @@ func (s Secrets) GoString() string { return s.String() }
 var (
 	// ErrNotCharged: the provider certainly did not create a charge
 	// (connection refused, rejected before processing, bad credentials).
-	ErrNotCharged = errors.New("provider did not charge")
+	ErrNotCharged = errors.New("provider did not charge or refund")
 	// ErrUnknown: the charge may or may not exist (timeout, 5xx, cut
 	// connection, unreadable answer).
 	ErrUnknown = errors.New("provider outcome unknown")
