@@ -31,3 +31,29 @@ func TestDependencyAnswersAreNotErrors(t *testing.T) {
 	}
 	require.True(t, seen, "the 503's access line")
 }
+
+// The access line names the request's idempotency key and the resource
+// its answer points at, so a merchant's key or a payment id finds it —
+// and a key that is not one (control bytes) is not logged.
+func TestAccessLineNamesKeyAndResource(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	r := g.Pay(m, "trace-1", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+	require.Equal(t, http.StatusCreated, r.StatusCode, "%s", r.Body)
+	loc := r.Header.Get("Location")
+	require.NotEmpty(t, loc)
+	var seen bool
+	for _, line := range strings.Split(g.Logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "request" && l["idempotency_key"] == "trace-1" {
+			seen = true
+			require.Equal(t, loc, l["location"], line)
+			require.Equal(t, r.Header.Get("X-Request-Id"), l["request_id"], line)
+		}
+	}
+	require.True(t, seen, "the payment's access line")
+	bad := g.Do("POST", "/v1/payments", []byte(`{}`), "Authorization", "Bearer "+m.Token, "Idempotency-Key", "a\tb")
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode)
+	require.NotContains(t, g.Logs.String(), "a\\tb", "a malformed key is not logged")
+}

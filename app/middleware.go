@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/tenants"
 )
 
@@ -93,8 +94,9 @@ func deadline(d time.Duration) fiber.Handler {
 }
 
 // accessLog writes one line per request with its id and, once the auth
-// middleware ran, the merchant. It logs the route, never bodies or headers,
-// so no secret or card data can reach the log.
+// middleware ran, the merchant, its idempotency key and the Location of
+// its answer. It logs the route, never bodies or other headers, so no
+// secret or card data can reach the log.
 func accessLog(log *slog.Logger) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
@@ -133,6 +135,18 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		}
 		if m := tenants.MerchantID(c); m != "" {
 			attrs = append(attrs, slog.String("merchant_id", m))
+		}
+		// What an on-call engineer is handed (a merchant's key, a payment
+		// id) finds the request's line, and the line the payment: the key
+		// as the gateway reads it (only a well-formed one, never other
+		// header bytes) and the resource the answer names.
+		if v := c.Request().Header.Peek(idempotency.HeaderKey); len(v) > 0 {
+			if key, err := idempotency.NormalizeKey(string(v)); err == nil {
+				attrs = append(attrs, slog.String("idempotency_key", key))
+			}
+		}
+		if loc := c.Response().Header.Peek(fiber.HeaderLocation); len(loc) > 0 {
+			attrs = append(attrs, slog.String("location", string(loc)))
 		}
 		log.LogAttrs(c.UserContext(), level, "request", attrs...)
 		return err

@@ -6,10 +6,12 @@ package payments_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -609,4 +611,51 @@ func TestARetryRereadsAPaymentReopenedUnderIt(t *testing.T) {
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, string(retry.Body), string(again.Body))
 	require.Equal(t, 1, charges(t, g, m.ID, "k"))
+}
+
+// What the sweeper settles is named in the log, one line per payment with
+// its id and key: an on-call engineer handed a payment id finds what
+// happened to it. A payment left for review is an error (a person must
+// act); a settlement or a release is not.
+func TestSweeperNamesWhatItSettles(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	lost := g.Pay(m, "log-lost", body("sim_timeout"))
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	late := g.Pay(m, "log-late", body("sim_late"))
+	require.Equal(t, http.StatusAccepted, late.StatusCode, string(late.Body))
+	ageKeys(t, g, time.Hour)
+	c := sweep(t, g)
+	require.Equal(t, 1, c.Resolved, "%+v", c)
+	require.Equal(t, 1, c.Released, "%+v", c)
+	line := func(msg, key string) map[string]any {
+		for _, s := range strings.Split(g.Logs.String(), "\n") {
+			var l map[string]any
+			if json.Unmarshal([]byte(s), &l) == nil && strings.HasPrefix(l["msg"].(string), msg) && l["idempotency_key"] == key {
+				return l
+			}
+		}
+		t.Fatalf("no %q line for %s in\n%s", msg, key, g.Logs.String())
+		return nil
+	}
+	settled := line("payment settled by lookup", "log-lost")
+	require.Equal(t, lost.JSON(t)["id"], settled["payment_id"])
+	require.Equal(t, "succeeded", settled["outcome"])
+	require.Equal(t, "INFO", settled["level"])
+	released := line("payment released", "log-late")
+	require.Equal(t, late.JSON(t)["id"], released["payment_id"])
+	require.Equal(t, "INFO", released["level"])
+
+	// Unsettled past REVIEW_AFTER: an error, naming the payment.
+	pending := g.Pay(m, "log-review", body("sim_pending"))
+	require.Equal(t, http.StatusAccepted, pending.StatusCode, string(pending.Body))
+	require.NoError(t, g.App.DB().Exec(`UPDATE simulator_charges SET settle_at = ? WHERE reference = ?`,
+		time.Now().Add(72*time.Hour), ledgerByKey(t, g, m.ID, "log-review").ProviderReference).Error)
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	require.Equal(t, 1, sweep(t, g).Review)
+	review := line("payment requires review", "log-review")
+	require.Equal(t, pending.JSON(t)["id"], review["payment_id"])
+	require.Equal(t, "ERROR", review["level"])
 }

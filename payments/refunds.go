@@ -509,11 +509,15 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 			}
 			return Skipped, nil
 		}
+		s.cfg.Log.InfoContext(ctx, "refund released: the provider has no record of it (failed not_processed; its amount given back, its key free for a retry, a recheck scheduled)",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider)
 		return Released, nil
 	}
 	if _, err := s.finishRefund(ctx, claim, &r, res); err != nil {
 		return "", err
 	}
+	s.cfg.Log.InfoContext(ctx, "refund settled by lookup", "merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID,
+		"idempotency_key", claim.Key, "provider", r.Provider, "outcome", string(res.Outcome))
 	return Resolved, nil
 }
 
@@ -567,8 +571,9 @@ func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Clai
 	case err != nil:
 		return "", errors.Join(cause, err)
 	case flagged:
-		s.cfg.Log.WarnContext(ctx, "refund requires review: provider outcome unknown past REVIEW_AFTER",
-			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider)
+		// An error: a person must act (README: the review queue).
+		s.cfg.Log.ErrorContext(ctx, "refund requires review: provider outcome unknown past REVIEW_AFTER",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider)
 	}
 	return Review, cause
 }

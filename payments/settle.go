@@ -138,6 +138,8 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		if _, err := s.finish(ctx, claim, &p, res); err != nil {
 			return "", err
 		}
+		s.cfg.Log.InfoContext(ctx, "payment settled by lookup", "merchant_id", p.MerchantID, "payment_id", p.ID,
+			"idempotency_key", claim.Key, "provider", p.Provider, "outcome", string(res.Outcome))
 		return Resolved, nil
 	case providers.OutcomeNotFound:
 		if !mayRelease {
@@ -154,6 +156,8 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 			}
 			return Skipped, nil
 		}
+		s.cfg.Log.InfoContext(ctx, "payment released: the provider has no record of it (failed not_processed; its key free for a retry, a recheck scheduled)",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
 		return Released, nil
 	default:
 		return s.stillUnknown(ctx, claim, &p, nil)
@@ -185,8 +189,9 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 		}
 		p.Status = StatusRequiresReview
 		s.observe(p)
-		s.cfg.Log.WarnContext(ctx, "payment requires review: provider outcome unknown past REVIEW_AFTER",
-			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider)
+		// An error: a person must act (README: the review queue).
+		s.cfg.Log.ErrorContext(ctx, "payment requires review: provider outcome unknown past REVIEW_AFTER",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
 		result = Review
 	} else {
 		if p.Status == StatusRequiresReview {
