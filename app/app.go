@@ -263,6 +263,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	if a.Metrics != nil {
 		schedulerCfg.Observe = a.Metrics.ObserveJob
 		schedulerCfg.ObserveRun = a.Metrics.ObserveJobRun
+		schedulerCfg.ObserveBacklog = a.Metrics.ObserveBacklog
 	}
 	a.Scheduler, err = scheduler.New(schedulerCfg)
 	if err != nil {

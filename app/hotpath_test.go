@@ -41,6 +41,7 @@ var fanOut = []struct {
 	{"SELECT merchant_id FROM payments\nWHERE recheck_at IS NOT NULL", "the recheck's merchants with a recheck due (DueRechecks)"},
 	{"SELECT merchant_id FROM refund_rechecks\nWHERE recheck_at <", "the refunds' recheck's merchants with a recheck due (DueRefundRechecks)"},
 	{"SELECT merchant_id FROM events WHERE enqueued_at IS NULL", "the relay's merchants with events to hand to the queue (pendingMerchants)"},
+	{"SELECT count(*) AS open, COALESCE(max(", "the sweep's measure of the backlog for the metrics (Backlog)"},
 }
 
 // TestHotPathFiltersOnMerchant drives the real gateway through every path

@@ -673,6 +673,26 @@ func (s *Store) Get(ctx context.Context, merchantID, key string) (*Record, error
 	return &rec, nil
 }
 
+// Backlog is the work the keys hold open, for the metrics: how many keys
+// have no stored answer yet — requests in flight, outcomes the sweeper is
+// settling, payments and refunds in review — and how long ago, by the
+// database's clock, the oldest of them was last attempted. Like
+// StaleMerchants it is a read across merchants that takes no locks, on
+// the partial index of open keys.
+func (s *Store) Backlog(ctx context.Context) (open int64, oldest time.Duration, err error) {
+	db := s.exec(ctx, nil)
+	var row struct {
+		Open   int64
+		Oldest float64
+	}
+	err = db.Raw(`SELECT count(*) AS open, COALESCE(max(?), 0) AS oldest FROM idempotency_keys
+WHERE completed_at IS NULL`, dbclock.SecondsSince(db, "attempted_at")).Scan(&row).Error
+	if err != nil {
+		return 0, 0, fmt.Errorf("idempotency: backlog: %w", err)
+	}
+	return row.Open, time.Duration(row.Oldest * float64(time.Second)), nil
+}
+
 // StaleMerchants lists the merchants that have keys Stale would return
 // (p.MerchantID and p.Limit aside), the one with the oldest such attempt
 // first. It is the sweeper's only statement across merchants: a read that

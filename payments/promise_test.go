@@ -629,6 +629,9 @@ func TestSweeperNamesWhatItSettles(t *testing.T) {
 	c := sweep(t, g)
 	require.Equal(t, 1, c.Resolved, "%+v", c)
 	require.Equal(t, 1, c.Released, "%+v", c)
+	open, _, err := g.App.Keys.Backlog(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, open, "nothing left open")
 	line := func(msg, key string) map[string]any {
 		for _, s := range strings.Split(g.Logs.String(), "\n") {
 			var l map[string]any
@@ -655,6 +658,10 @@ func TestSweeperNamesWhatItSettles(t *testing.T) {
 	ageKeys(t, g, time.Hour)
 	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
 	require.Equal(t, 1, sweep(t, g).Review)
+	open, oldest, err := g.App.Keys.Backlog(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, open, "the backlog: the key in review")
+	require.GreaterOrEqual(t, oldest, time.Hour, "its last attempt, aged by an hour")
 	review := line("payment requires review", "log-review")
 	require.Equal(t, pending.JSON(t)["id"], review["payment_id"])
 	require.Equal(t, "ERROR", review["level"])

@@ -53,6 +53,15 @@ type Counts struct {
 	Deleted   int64
 }
 
+// Backlog is the work the keys hold open as a sweep left it
+// (idempotency.Store.Backlog): keys with no stored answer yet, and the age
+// of the oldest one's last attempt. A backlog that only grows, or an
+// oldest key older than REVIEW_AFTER, wants a person (README: alerts).
+type Backlog struct {
+	Open       int64
+	OldestOpen time.Duration
+}
+
 // Config is what the scheduler needs. Zero durations and sizes take the
 // defaults of config.Schedule.
 type Config struct {
@@ -71,6 +80,9 @@ type Config struct {
 	// it took and the error it ended with (context.Canceled at shutdown),
 	// for metrics. It must not block.
 	ObserveRun func(job string, d time.Duration, err error)
+	// ObserveBacklog, if set, is called after each sweep that could
+	// measure the backlog, for metrics. It must not block.
+	ObserveBacklog func(Backlog)
 
 	SweepInterval time.Duration // SWEEP_INTERVAL (2m)
 	StaleAfter    time.Duration // SWEEP_STALE_AFTER (5m)

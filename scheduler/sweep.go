@@ -73,7 +73,27 @@ func (s *Sweeper) RunOnce(ctx context.Context) (c Counts, err error) {
 		err = s.recheckRefunds(ctx, w)
 	}
 	w.wait()
+	if err == nil {
+		s.measure(ctx)
+	}
 	return c, err
+}
+
+// measure reports the backlog the run left (after its settlements, so it
+// is what is left) to ObserveBacklog, and logs it.
+func (s *Sweeper) measure(ctx context.Context) {
+	if s.cfg.ObserveBacklog == nil {
+		return
+	}
+	var b Backlog
+	var err error
+	if b.Open, b.OldestOpen, err = s.cfg.Keys.Backlog(ctx); err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Log.WarnContext(ctx, "sweep: could not measure the backlog", "err", err)
+		}
+		return
+	}
+	s.cfg.ObserveBacklog(b)
 }
 
 // pool settles up to SWEEP_CONCURRENCY keys at once. Ownership is still

@@ -75,11 +75,12 @@ type Metrics struct {
 	providerDuration *prometheus.HistogramVec
 	providerErrors   *prometheus.CounterVec
 
-	jobKeys     *prometheus.CounterVec
-	jobLastKeys *prometheus.GaugeVec
-	jobDuration *prometheus.HistogramVec
-	jobFailures *prometheus.CounterVec
-	jobLastRun  *prometheus.GaugeVec
+	jobKeys                 *prometheus.CounterVec
+	jobLastKeys             *prometheus.GaugeVec
+	jobDuration             *prometheus.HistogramVec
+	jobFailures             *prometheus.CounterVec
+	jobLastRun              *prometheus.GaugeVec
+	openKeys, oldestOpenKey prometheus.Gauge
 
 	limitDecisions *prometheus.CounterVec
 	limitRedisUp   prometheus.Gauge
@@ -162,6 +163,14 @@ func New(opt Options) *Metrics {
 		Namespace: Namespace, Subsystem: "scheduler", Name: "last_run_timestamp_seconds",
 		Help: "Unix time at which the last run of a job ended.",
 	}, []string{"job"})).(*prometheus.GaugeVec)
+	m.openKeys = f(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: "idempotency", Name: "open_keys",
+		Help: "Keys with no stored answer yet (requests in flight, outcomes being settled, payments and refunds in review), as the last sweep left them.",
+	})).(prometheus.Gauge)
+	m.oldestOpenKey = f(prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: "idempotency", Name: "oldest_open_key_seconds",
+		Help: "Age of the last attempt of the oldest key with no stored answer, by the database's clock, as the last sweep left it.",
+	})).(prometheus.Gauge)
 	for _, job := range []string{scheduler.JobSweep, scheduler.JobPurge} {
 		m.jobFailures.WithLabelValues(job)
 		for _, o := range jobOutcomes(job, scheduler.Counts{}) {
@@ -381,6 +390,12 @@ func (m *Metrics) ObserveJob(job string, c scheduler.Counts) {
 		m.jobKeys.WithLabelValues(job, o.name).Add(o.n)
 		m.jobLastKeys.WithLabelValues(job, o.name).Set(o.n)
 	}
+}
+
+// ObserveBacklog sets the backlog gauges (scheduler.Config.ObserveBacklog).
+func (m *Metrics) ObserveBacklog(b scheduler.Backlog) {
+	m.openKeys.Set(float64(b.Open))
+	m.oldestOpenKey.Set(b.OldestOpen.Seconds())
 }
 
 type outcomeCount struct {

@@ -47,6 +47,7 @@ func TestObserveJobCountsAndLastRun(t *testing.T) {
 	m := New(Options{})
 	m.ObserveJob(scheduler.JobSweep, scheduler.Counts{Resolved: 2, Pending: 1})
 	m.ObserveJob(scheduler.JobSweep, scheduler.Counts{Resolved: 1})
+	m.ObserveBacklog(scheduler.Backlog{Open: 4, OldestOpen: 90 * time.Second})
 	m.ObserveJobRun(scheduler.JobSweep, time.Second, nil)
 	m.ObserveJobRun(scheduler.JobSweep, time.Second, errors.New("db down"))
 	m.ObserveJob(scheduler.JobPurge, scheduler.Counts{Deleted: 7})
@@ -55,6 +56,8 @@ func TestObserveJobCountsAndLastRun(t *testing.T) {
 	require.Equal(t, 0.0, value(t, m.jobLastKeys.WithLabelValues("sweep", "pending")))
 	require.Equal(t, 7.0, value(t, m.jobKeys.WithLabelValues("purge", "deleted")))
 	require.Equal(t, 1.0, value(t, m.jobFailures.WithLabelValues("sweep")))
+	require.Equal(t, 4.0, value(t, m.openKeys), "the backlog the last sweep left")
+	require.Equal(t, 90.0, value(t, m.oldestOpenKey))
 }
 
 func TestRegistriesAreIndependent(t *testing.T) {
