@@ -453,13 +453,26 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// Stop the jobs first: a running sweep is cancelled and leaves its
 	// unfinished keys in progress for the next instance to pick up.
 	_ = a.Scheduler.Stop()
-	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	a.log.Info("shutting down: draining in-flight requests and webhook deliveries", "timeout", a.cfg.ShutdownTimeout)
+	// One SHUTDOWN_TIMEOUT for both, side by side, so an orchestrator's
+	// grace period set a little above it is enough.
+	start := time.Now()
+	delivered := make(chan struct{})
+	go func() { a.stopEvents(); close(delivered) }()
 	err := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
-	a.stopEvents()
+	if err != nil {
+		// Requests still running were cut: their keys stay in progress,
+		// settled by the sweeper (or a retry) on another instance or
+		// after the restart. Said here, in the log, for the on-call.
+		a.log.Warn("shutdown: requests still running at SHUTDOWN_TIMEOUT were cut; their keys are left for the sweeper",
+			"timeout", a.cfg.ShutdownTimeout, "err", err)
+	}
+	<-delivered
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}
 	<-errc
+	a.log.Info("shut down", "clean", err == nil, "took", time.Since(start).Round(time.Millisecond))
 	return err
 }
 
