@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -76,6 +77,9 @@ type App struct {
 	// (tokens, updated_at); Serve re-measures it every clockSync.
 	Clock *dbclock.Clock
 
+	// eventsStopped makes stopEvents run once: Close after Serve must not
+	// wait a second SHUTDOWN_TIMEOUT for deliveries already given theirs.
+	eventsStopped sync.Once
 	// metricsLn and metricsSrv serve /metrics on METRICS_ADDR, when set.
 	metricsLn  net.Listener
 	metricsSrv *http.Server
@@ -499,6 +503,10 @@ func (a *App) stopEvents() {
 	if a.Events == nil {
 		return
 	}
+	a.eventsStopped.Do(a.stopDeliveries)
+}
+
+func (a *App) stopDeliveries() {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.Events.Stop(ctx); err != nil {

@@ -359,7 +359,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if _, port, err := net.SplitHostPort(c.Addr); err != nil || !validPort(port) {
 		r.fail("GATEWAY_ADDR", "must be host:port or :port (like :8080)")
 	}
-	if a := c.Metrics.Addr; a != "" {
+	if a := c.Metrics.Addr; a != "" && c.Metrics.Enabled {
 		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
 			r.fail("METRICS_ADDR", "must be host:port or :port (like 127.0.0.1:9090), or unset")
 		}
@@ -751,8 +751,12 @@ func (r *reader) url(name, def string) string {
 }
 
 // validPort reports whether s is a port a listener can take: a number
-// from 0 (any free port) to 65535.
+// from 0 (any free port) to 65535, or a service name the system knows
+// (http).
 func validPort(s string) bool {
-	n, err := strconv.Atoi(s)
-	return err == nil && n >= 0 && n <= 65535 && strconv.Itoa(n) == s
+	if s == "" {
+		return false
+	}
+	_, err := net.LookupPort("tcp", s)
+	return err == nil
 }

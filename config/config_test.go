@@ -124,6 +124,7 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"BadAddr", map[string]string{"GATEWAY_ADDR": "nonsense"}, "GATEWAY_ADDR"},
 		{"BadPort", map[string]string{"GATEWAY_ADDR": ":80800"}, "GATEWAY_ADDR"},
 		{"BadMetricsAddr", map[string]string{"METRICS_ADDR": "9090"}, "METRICS_ADDR"},
+		{"NoSuchService", map[string]string{"GATEWAY_ADDR": ":no-such-service"}, "GATEWAY_ADDR"},
 		{"BadRedisURL", map[string]string{"REDIS_URL": "http://u:hunter2@redis"}, "REDIS_URL must be a redis://"},
 		{"BadInstanceID", map[string]string{"INSTANCE_ID": "gw 1"}, "INSTANCE_ID"},
 		{"BadRedisPrefix", map[string]string{"REDIS_KEY_PREFIX": "a b"}, "REDIS_KEY_PREFIX"},

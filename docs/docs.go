@@ -397,6 +397,12 @@ const docTemplate = `{
                         "in": "query"
                     },
                     {
+                        "type": "string",
+                        "description": "The tenant's Idempotency-Key of the refund (with tenant_id)",
+                        "name": "idempotency_key",
+                        "in": "query"
+                    },
+                    {
                         "maximum": 100,
                         "minimum": 1,
                         "type": "integer",

@@ -314,8 +314,5 @@ func (s *Service) enqueue(ctx context.Context, tx *gorm.DB, merchantID, eventID 
 }
 
 func releaseWith(ctx context.Context, keys *idempotency.Store, claim idempotency.Claim, cause error) error {
-	if err := keys.Release(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
-		return fmt.Errorf("events: release key: %w (while answering %v)", err, cause)
-	}
-	return cause
+	return keys.Refuse(ctx, claim, cause)
 }

@@ -609,6 +609,27 @@ func (s *Store) ReleaseTx(ctx context.Context, tx *gorm.DB, c Claim) error {
 	return nil
 }
 
+// Refuse ends the claim of a request refused before it did anything (a
+// body that fails validation, a label that is not JSON) and returns cause
+// for the handler to answer. A fresh claim is released, so the client may
+// fix the request and reuse the key. A claim taken over from an earlier
+// attempt is not: that attempt's work (a payment or refund in flight)
+// holds the key, and the same fingerprint passed once, so what refuses it
+// now lies outside the fingerprint (a Content-Type label) or in a rule a
+// deploy changed. Released, the key would orphan that work — nothing would
+// settle it, and a fresh claim would send it again — so it is left in
+// progress, for the sweeper or a retry the handler accepts.
+func (s *Store) Refuse(ctx context.Context, c Claim, cause error) error {
+	end := s.Release
+	if c.TakenOver {
+		end = s.LeaveInProgress
+	}
+	if err := end(ctx, c); err != nil && !errors.Is(err, ErrLostClaim) {
+		return fmt.Errorf("idempotency: end a refused request's claim: %w (while answering %v)", err, cause)
+	}
+	return cause
+}
+
 // LeaveInProgress ends this request's interest in a key whose outcome is
 // unknown (a provider timeout): the key stays in progress but its lease ends
 // now, so the client's next retry takes it over and re-drives the work at

@@ -327,7 +327,12 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 	next := adminDo(g, "GET", "/admin/v1/refunds?limit=1&cursor="+page["next_cursor"].(string), nil)
 	require.Equal(t, http.StatusOK, next.StatusCode)
 	require.NotEqual(t, page["data"].([]any)[0].(map[string]any)["id"], next.JSON(t)["data"].([]any)[0].(map[string]any)["id"])
-	for _, q := range []string{"status=processing", "tenant_id=%00", "limit=0", "cursor=pay_x"} {
+	byKey := adminDo(g, "GET", "/admin/v1/refunds?tenant_id="+m.ID+"&idempotency_key=r-late", nil)
+	require.Equal(t, http.StatusOK, byKey.StatusCode, string(byKey.Body))
+	require.Len(t, byKey.JSON(t)["data"], 1)
+	require.Equal(t, lateID, byKey.JSON(t)["data"].([]any)[0].(map[string]any)["id"])
+	for _, q := range []string{"status=processing", "tenant_id=%00", "limit=0", "cursor=pay_x", "idempotency_key=r-late",
+		"status=pending&status=failed", "payment_id=x"} {
 		r := adminDo(g, "GET", "/admin/v1/refunds?"+q, nil)
 		require.Equal(t, http.StatusBadRequest, r.StatusCode, q)
 		require.Equal(t, "invalid_request", r.Code(t), q)

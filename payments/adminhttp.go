@@ -115,15 +115,10 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 	if p.Email != "" && !printableText(p.Email, 254) {
 		return problem.Invalid(problem.FieldError{Field: "email", Reason: "is not an email address"})
 	}
-	if v := c.Query("idempotency_key"); v != "" {
-		key, err := idempotency.NormalizeKey(v)
-		if err != nil || p.TenantID == "" {
-			return problem.Invalid(problem.FieldError{Field: "idempotency_key",
-				Reason: "must be a key as the tenant sent it (1 to 255 printable ASCII characters), with tenant_id: keys are per tenant"})
-		}
-		p.IdempotencyKey = key
-	}
 	var err error
+	if p.IdempotencyKey, err = keyFilter(c, p.TenantID); err != nil {
+		return err
+	}
 	if p.CreatedFrom, p.CreatedTo, err = createdRange(c); err != nil {
 		return err
 	}
@@ -237,6 +232,7 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 // @Security     AdminKey
 // @Param        tenant_id query string false "Only this tenant's"
 // @Param        status    query string false "Only in this status" Enums(pending, succeeded, failed, requires_review)
+// @Param        idempotency_key query string false "The tenant's Idempotency-Key of the refund (with tenant_id)"
 // @Param        limit     query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
 // @Param        cursor    query string false "The next_cursor of the previous page"
 // @Success      200 {object} AdminRefundPage
@@ -246,7 +242,7 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 // @ID           adminSearchRefunds
 // @Router       /admin/v1/refunds [get]
 func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
-	if err := query.Known(c, "tenant_id", "status", "limit", "cursor"); err != nil {
+	if err := query.Known(c, "tenant_id", "status", "idempotency_key", "limit", "cursor"); err != nil {
 		return err
 	}
 	p := RefundSearchParams{TenantID: c.Query("tenant_id"), Status: RefundStatus(c.Query("status"))}
@@ -259,6 +255,9 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 		return problem.Invalid(problem.FieldError{Field: "tenant_id", Reason: "is not one the gateway makes"})
 	}
 	var err error
+	if p.IdempotencyKey, err = keyFilter(c, p.TenantID); err != nil {
+		return err
+	}
 	if p.Limit, p.After, err = pageParams(c, "re_"); err != nil {
 		return err
 	}
@@ -319,6 +318,22 @@ func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(AdminRefund{RefundView: r.View(), TenantID: r.MerchantID})
+}
+
+// keyFilter is a search's idempotency_key parameter, as the tenant sent
+// the header (normalized as the gateway reads it), or "" when absent; it
+// needs tenantID, since keys are per tenant.
+func keyFilter(c *fiber.Ctx, tenantID string) (string, error) {
+	v := c.Query("idempotency_key")
+	if v == "" {
+		return "", nil
+	}
+	key, err := idempotency.NormalizeKey(v)
+	if err != nil || tenantID == "" {
+		return "", problem.Invalid(problem.FieldError{Field: "idempotency_key",
+			Reason: "must be a key as the tenant sent it (1 to 255 printable ASCII characters), with tenant_id: keys are per tenant"})
+	}
+	return key, nil
 }
 
 // decodeResolution reads and checks an operator's decision.

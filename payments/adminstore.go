@@ -69,10 +69,11 @@ func (s *Store) getAny(ctx context.Context, id string) (Payment, error) {
 // RefundSearchParams selects a page of refunds across tenants, newest
 // first.
 type RefundSearchParams struct {
-	TenantID string
-	Status   RefundStatus
-	Limit    int
-	After    *Cursor
+	TenantID       string
+	Status         RefundStatus
+	IdempotencyKey string // with TenantID: keys are per tenant
+	Limit          int
+	After          *Cursor
 }
 
 // SearchRefunds returns up to p.Limit+1 refunds matching p.
@@ -83,6 +84,9 @@ func (s *Store) SearchRefunds(ctx context.Context, p RefundSearchParams) ([]Refu
 	}
 	if p.Status != "" {
 		q = q.Where("status = ?", p.Status)
+	}
+	if p.IdempotencyKey != "" {
+		q = q.Where("idempotency_key = ?", p.IdempotencyKey)
 	}
 	if p.After != nil {
 		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.CreatedAt, p.After.CreatedAt, p.After.ID)

@@ -986,3 +986,44 @@ func TestRefundRecheckGivesUpAfterReviewAfter(t *testing.T) {
 	require.Contains(t, l.g.Logs.String(), "refund recheck given up")
 	require.Equal(t, "failed", l.g.Get(l.m, "/v1/refunds/"+l.refundID).JSON(t)["status"])
 }
+
+// A retry refused for what its fingerprint does not cover (a Content-Type
+// that is not JSON) after taking over a key whose work is in flight leaves
+// the key in progress: released, the payment would be orphaned (nothing
+// would settle it) and the refund sent again by the next retry's fresh
+// claim, which would skip the look-up a takeover makes at Paystack.
+func TestRefusedRetryKeepsTheKeyOfWorkInFlight(t *testing.T) {
+	t.Parallel()
+	form := func(g *apptest.Gateway, m apptest.Merchant, path, key string, body any) apptest.Response {
+		return g.Do("POST", path, raw(body), "Authorization", "Bearer "+m.Token, "Idempotency-Key", key,
+			"Content-Type", "application/x-www-form-urlencoded")
+	}
+	t.Run("Payment", func(t *testing.T) {
+		t.Parallel()
+		g := apptest.Start(t)
+		m := g.Onboard(nil)
+		lost := g.Pay(m, "inflight", body("sim_timeout"))
+		require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+		refused := form(g, m, "/v1/payments", "inflight", body("sim_timeout"))
+		require.Equal(t, http.StatusUnsupportedMediaType, refused.StatusCode, string(refused.Body))
+		rec, err := g.App.Keys.Get(context.Background(), m.ID, "inflight")
+		require.NoError(t, err, "the key is still there")
+		require.Equal(t, idempotency.StatusInProgress, rec.Status)
+		ageKeys(t, g, time.Hour)
+		require.Equal(t, 1, sweep(t, g).Resolved, "the sweeper settles it")
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "inflight").Status)
+	})
+	t.Run("RefundAtPaystack", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m, id := paidAtPaystack(t)
+		ref := providers.RefundReference(m.ID, "r")
+		ps.LandLateNext()
+		lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+		require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+		refused := form(g, m, "/v1/payments/"+id+"/refunds", "r", map[string]any{"amount": 1500})
+		require.Equal(t, http.StatusUnsupportedMediaType, refused.StatusCode, string(refused.Body))
+		again := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+		require.Equal(t, http.StatusAccepted, again.StatusCode, string(again.Body))
+		require.Equal(t, 1, ps.Refunds(ref), "not sent again")
+	})
+}

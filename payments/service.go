@@ -627,13 +627,11 @@ func (s *Service) unknown(ctx context.Context, claim idempotency.Claim, p *Payme
 	}, nil
 }
 
-// release ends the claim with nothing stored and returns cause for the
-// handler to answer.
+// release ends the claim of a refused request with nothing stored and
+// returns cause for the handler to answer (idempotency.Store.Refuse: a
+// taken-over claim keeps its key in progress).
 func (s *Service) release(ctx context.Context, claim idempotency.Claim, cause error) error {
-	if err := s.keys.Release(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
-		return fmt.Errorf("payments: release key: %w (while answering %v)", err, cause)
-	}
-	return cause
+	return s.keys.Refuse(ctx, claim, cause)
 }
 
 func (s *Service) observe(p *Payment) {

@@ -15,21 +15,30 @@ import (
 // Known returns a 400 invalid_request naming the first parameter of c's
 // query string that is none of known, or nil. A known name ending in "["
 // stands for every parameter "name[…]" (metadata[order_id]).
+//
+// A parameter sent twice is refused too: the route would read one of the
+// values, an answer narrower (or other) than the caller meant.
 func Known(c *fiber.Ctx, known ...string) error {
-	var unknown string
+	var bad, reason string
+	seen := make(map[string]bool, 4)
 	c.Context().QueryArgs().VisitAll(func(k, _ []byte) {
-		if unknown == "" && !allowed(string(k), known) {
-			unknown = string(k)
+		name := string(k)
+		switch {
+		case bad != "":
+		case !allowed(name, known):
+			bad, reason = name, "is not a parameter of this route; it takes "+strings.Join(known, ", ")
+		case seen[name]:
+			bad, reason = name, "is sent more than once; send it once"
 		}
+		seen[name] = true
 	})
-	if unknown == "" {
+	if bad == "" {
 		return nil
 	}
-	if len(unknown) > 64 || !printable(unknown) {
-		unknown = "query" // not echoed: it is not a name anyone documented
+	if len(bad) > 64 || !printable(bad) {
+		bad = "query" // not echoed: it is not a name anyone documented
 	}
-	return problem.Invalid(problem.FieldError{Field: unknown,
-		Reason: "is not a parameter of this route; it takes " + strings.Join(known, ", ")})
+	return problem.Invalid(problem.FieldError{Field: bad, Reason: reason})
 }
 
 func allowed(name string, known []string) bool {

@@ -38,7 +38,9 @@ func TestKnown(t *testing.T) {
 		{"", ""},
 		{"status=failed&limit=5", ""},
 		{"metadata[order_id]=1001&metadata[x]=", ""},
-		{"status=a&status=b", ""}, // repeated: the route's own check
+		{"status=a&status=b", "status"},
+		{"metadata[x]=1&metadata[x]=2", "metadata[x]"},
+		{"limit=1&status=a&limit=2", "limit"},
 		{"statuss=failed", "statuss"},
 		{"idempotency_key=k", "idempotency_key"},
 		{"limit=5&Status=failed", "Status"},

@@ -1375,6 +1375,9 @@ type AdminSearchRefundsParams struct {
 	// Status Only in this status
 	Status *AdminSearchRefundsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
 
+	// IdempotencyKey The tenant's Idempotency-Key of the refund (with tenant_id)
+	IdempotencyKey *string `form:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
+
 	// Limit Page size, 1 to 100
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -3258,6 +3261,18 @@ func NewAdminSearchRefundsRequest(server string, params *AdminSearchRefundsParam
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IdempotencyKey != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "idempotency_key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
