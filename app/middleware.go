@@ -123,6 +123,9 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		case status >= 500:
 			level = slog.LevelError
 		}
+		if !log.Enabled(c.UserContext(), level) {
+			return err // LOG_LEVEL above it: build nothing
+		}
 		attrs := []slog.Attr{
 			slog.String("request_id", problem.RequestID(c)),
 			slog.String("method", c.Method()),
