@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -37,6 +38,10 @@ func exceedsRemaining(remaining int64) error {
 	return problem.New(fiber.StatusBadRequest, "refund_exceeds_remaining",
 		"the refund exceeds what is left of the payment").With("amount_refundable", remaining)
 }
+
+// heldRetryAfter is the Retry-After, in seconds, of a refund held until
+// RECHECK_AFTER at a provider that does not dedupe refunds.
+const heldRetryAfter = 30
 
 // refundClaimErr marks an error found while opening a refund, for which
 // the claim is released (nothing was done) and the error answered.
@@ -88,8 +93,15 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		// The earlier attempt may have reached a provider that would make
 		// a second refund of the same reference, and its list may not show
 		// the first yet: look it up, and send it again only after a
-		// release, which waits RECHECK_AFTER (refundReleaseAfter).
-		return s.lookUpRefundInstead(ctx, claim, &r)
+		// release, which waits RECHECK_AFTER (refundReleaseAfter). While
+		// it waits, the app is asked to come back less often: each retry
+		// is a look-up at the provider, and the provider's own event
+		// settles the refund the moment it lands.
+		a, err := s.lookUpRefundInstead(ctx, claim, &r)
+		if err == nil && a.Status == fiber.StatusAccepted {
+			a.Header[fiber.HeaderRetryAfter] = strconv.Itoa(heldRetryAfter)
+		}
+		return a, err
 	}
 	if claim.TakenOver {
 		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {

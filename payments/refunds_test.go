@@ -699,6 +699,7 @@ func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 	require.Equal(t, http.StatusAccepted, retry.StatusCode, "a takeover at once: looked up, still unknown: %s", retry.Body)
 	require.Equal(t, 1, ps.Refunds(ref), "the retry did not send it again")
+	require.Equal(t, "30", retry.Header.Get("Retry-After"), "held: come back less often")
 
 	ageKeys(t, g, 10*time.Minute) // past SWEEP_STALE_AFTER, short of RECHECK_AFTER
 	sweep(t, g)
