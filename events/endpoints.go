@@ -313,6 +313,12 @@ func (s *Service) enqueue(ctx context.Context, tx *gorm.DB, merchantID, eventID 
 	return s.insertJobs(ctx, tx, jobs)
 }
 
+// releaseWith releases the claim of a refused request and returns cause:
+// an endpoint's change commits with its key's completion (mutate), so a
+// key in progress never holds one, taken over or not.
 func releaseWith(ctx context.Context, keys *idempotency.Store, claim idempotency.Claim, cause error) error {
-	return keys.Refuse(ctx, claim, cause)
+	if err := keys.Release(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		return fmt.Errorf("events: release key: %w (while answering %v)", err, cause)
+	}
+	return cause
 }

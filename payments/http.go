@@ -98,7 +98,7 @@ func (h *Handler) create(c *fiber.Ctx) error {
 		return errors.New("payments: create mounted without the idempotency middleware")
 	}
 	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
-		return h.svc.release(c.UserContext(), claim, bad)
+		return h.svc.refuse(c.UserContext(), claim, bad)
 	}
 	// The service may keep the body past this handler (it is stored and
 	// parsed); Fiber reuses its buffer, so hand it a copy.
@@ -366,7 +366,7 @@ func (h *Handler) createRefund(c *fiber.Ctx) error {
 		return errors.New("payments: refunds mounted without the idempotency middleware")
 	}
 	if bad := reqjson.Labelled(c.Request().Header.ContentType(), c.Body()); bad != nil {
-		return h.svc.release(c.UserContext(), claim, bad)
+		return h.svc.refuse(c.UserContext(), claim, bad)
 	}
 	answer, err := h.svc.CreateRefund(c.UserContext(), claim, m, utils.CopyString(c.Params("id")), bytes.Clone(c.Body()))
 	if err != nil {

@@ -55,7 +55,7 @@ func (e refundClaimErr) Unwrap() error { return e.err }
 func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m Merchant, paymentID string, body []byte) (Answer, error) {
 	in, bad := parseRefund(body)
 	if bad != nil {
-		return Answer{}, s.release(ctx, claim, bad)
+		return Answer{}, s.refuse(ctx, claim, bad)
 	}
 	if !wellFormedID(paymentID) {
 		return Answer{}, s.release(ctx, claim, errPaymentNotFound)

@@ -1028,3 +1028,45 @@ func TestRefusedRetryKeepsTheKeyOfWorkInFlight(t *testing.T) {
 		require.Equal(t, 1, ps.Refunds(ref), "not sent again")
 	})
 }
+
+// A key refused as another request's (422) is released even when taken
+// over: it holds no work of this request, and left in progress it would be
+// settled by the sweeper with the other request's payment. And a webhook
+// endpoint's key, whose change commits with its completion, is released
+// on a refusal whether taken over or not.
+func TestRefusalsThatReleaseTakenOverKeys(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("REPLAY_CACHE_SIZE", "0"))
+	m := g.Onboard(nil)
+	// The key in progress under a request whose payment was never opened
+	// (its claim committed alone, as PersistWith may when the key's
+	// payment row exists already): here, a claim written directly.
+	first := g.Pay(m, "k", body("sim_success"))
+	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+	other := body("sim_success")
+	other["amount"] = 9999
+	require.NoError(t, g.App.DB().Exec(`UPDATE idempotency_keys SET status = ?, completed_at = NULL, status_code = 0,
+  response = NULL, response_headers = NULL, request_hash = ?, locked_until = ? WHERE merchant_id = ? AND key = ?`, idempotency.StatusInProgress,
+		idempotency.Fingerprint("POST", "/v1/payments", raw(other)), time.Now().Add(-time.Minute), m.ID, "k").Error)
+	mismatch := g.Pay(m, "k", other)
+	require.Equal(t, http.StatusUnprocessableEntity, mismatch.StatusCode, string(mismatch.Body))
+	_, err := g.App.Keys.Get(context.Background(), m.ID, "k")
+	require.ErrorIs(t, err, idempotency.ErrNotFound, "released: nothing of this request's to keep")
+
+	// An endpoint's key left in progress (a crash before its one commit
+	// would leave none; here, written directly) under a body that fails
+	// validation, taken over by that body's retry: released on the 400,
+	// so the corrected body is a new request, not a 422.
+	bad, good := []byte(`{"url":"not a url"}`), []byte(`{"url":"https://example.com/hooks"}`)
+	now := time.Now()
+	require.NoError(t, g.App.DB().Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, attempted_at)
+VALUES (?, 'we', ?, ?, ?, 'x', ?, ?)`, m.ID, idempotency.Fingerprint("POST", "/v1/webhook_endpoints", bad), idempotency.StatusInProgress,
+		now.Add(-time.Minute), now, now).Error)
+	endpoint := func(b []byte) apptest.Response {
+		return g.Do("POST", "/v1/webhook_endpoints", b, "Authorization", "Bearer "+m.Token, "Idempotency-Key", "we", "Content-Type", "application/json")
+	}
+	refused := endpoint(bad)
+	require.Equal(t, http.StatusBadRequest, refused.StatusCode, string(refused.Body))
+	created := endpoint(good)
+	require.Equal(t, http.StatusCreated, created.StatusCode, string(created.Body))
+}

@@ -131,7 +131,7 @@ type Answer = idempotency.Response
 func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchant, body []byte) (Answer, error) {
 	in, bad := parseCreate(body)
 	if bad != nil {
-		return Answer{}, s.release(ctx, claim, bad)
+		return Answer{}, s.refuse(ctx, claim, bad)
 	}
 	name := in.Provider
 	if name == "" {
@@ -141,7 +141,7 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	// loaded, not the database: a body that names another provider costs
 	// no round trip (the claim is still held, unsent).
 	if !contains(m.Providers, name) {
-		return Answer{}, s.release(ctx, claim, problem.Invalid(problem.FieldError{
+		return Answer{}, s.refuse(ctx, claim, problem.Invalid(problem.FieldError{
 			Field: "provider", Reason: fmt.Sprintf("%q is not configured for this merchant", name)}))
 	}
 	in.Provider = name
@@ -627,10 +627,21 @@ func (s *Service) unknown(ctx context.Context, claim idempotency.Claim, p *Payme
 	}, nil
 }
 
-// release ends the claim of a refused request with nothing stored and
-// returns cause for the handler to answer (idempotency.Store.Refuse: a
-// taken-over claim keeps its key in progress).
+// release ends the claim with nothing stored and returns cause for the
+// handler to answer: for a request whose key holds no work of its own
+// (another request's payment, a refund that cannot be opened).
 func (s *Service) release(ctx context.Context, claim idempotency.Claim, cause error) error {
+	if err := s.keys.Release(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		return fmt.Errorf("payments: release key: %w (while answering %v)", err, cause)
+	}
+	return cause
+}
+
+// refuse ends the claim of a request refused before it did anything (its
+// body, its label, its provider) and returns cause: released when fresh,
+// left in progress when taken over from work in flight
+// (idempotency.Store.Refuse).
+func (s *Service) refuse(ctx context.Context, claim idempotency.Claim, cause error) error {
 	return s.keys.Refuse(ctx, claim, cause)
 }
 
