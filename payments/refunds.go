@@ -489,6 +489,13 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		return Released, s.keys.Release(ctx, claim)
 	}
 	if r.final() {
+		others, err := s.anotherRequests(ctx, claim, r.RequestHash)
+		if err != nil {
+			return "", err
+		}
+		if others {
+			return Released, s.keys.Release(ctx, claim)
+		}
 		if _, err := s.completeRefund(ctx, claim, &r); err != nil {
 			return "", err
 		}

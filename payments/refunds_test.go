@@ -1070,3 +1070,29 @@ VALUES (?, 'we', ?, ?, ?, 'x', ?, ?)`, m.ID, idempotency.Fingerprint("POST", "/v
 	created := endpoint(good)
 	require.Equal(t, http.StatusCreated, created.StatusCode, string(created.Body))
 }
+
+// A key left in progress by a request that reused it, with another body,
+// after its first payment's answer was purged (and died before its
+// mismatch released the key): the sweeper releases it instead of
+// completing it with that payment, which the request's retry would then
+// have replayed as its own.
+func TestSweeperDoesNotHandAnotherRequestsAnswer(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("REPLAY_CACHE_SIZE", "0"))
+	m := g.Onboard(nil)
+	first := g.Pay(m, "k", body("sim_success"))
+	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+	other := body("sim_success")
+	other["amount"] = 9999
+	require.NoError(t, g.App.DB().Exec(`UPDATE idempotency_keys SET status = ?, completed_at = NULL, status_code = 0,
+  response = NULL, response_headers = NULL, request_hash = ? WHERE merchant_id = ? AND key = ?`, idempotency.StatusInProgress,
+		idempotency.Fingerprint("POST", "/v1/payments", raw(other)), m.ID, "k").Error)
+	ageKeys(t, g, time.Hour)
+	c := sweep(t, g)
+	require.Equal(t, 1, c.Released, "%+v", c)
+	retry := g.Pay(m, "k", other)
+	require.Equal(t, http.StatusUnprocessableEntity, retry.StatusCode, "never the other payment's answer: %s", retry.Body)
+	same := g.Pay(m, "k", body("sim_success"))
+	require.Equal(t, http.StatusCreated, same.StatusCode, string(same.Body))
+	require.Equal(t, first.JSON(t)["id"], same.JSON(t)["id"], "the first request's retry is still answered from the ledger")
+}

@@ -83,6 +83,24 @@ func (s *Service) refundOfKey(ctx context.Context, claim idempotency.Claim) (boo
 	return rec.RequestHash == r.RequestHash, nil
 }
 
+// anotherRequests reports whether a key in progress belongs to another
+// request than the one that made its final payment or refund (made by
+// hash): a request that reused the key after its answer was purged, with
+// another body, and died before its mismatch released the key. Completing
+// the key would hand that request the other one's answer on its retry;
+// released, the retry is told it is a mismatch. An unknown hash on either
+// side (rows from before fingerprints) is taken as the same request.
+func (s *Service) anotherRequests(ctx context.Context, claim idempotency.Claim, hash string) (bool, error) {
+	if hash == "" {
+		return false, nil
+	}
+	rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+	if err != nil {
+		return false, err
+	}
+	return rec.RequestHash != "" && rec.RequestHash != hash, nil
+}
+
 // settle is Settle; mayRelease says whether "the provider does not know the
 // reference" may release the key. Only a settler that knows the last
 // attempt is SWEEP_STALE_AFTER old may conclude that: a webhook or a poll
@@ -106,6 +124,13 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		return Released, s.keys.Release(ctx, claim)
 	}
 	if final(p.Status) {
+		others, err := s.anotherRequests(ctx, claim, p.RequestHash)
+		if err != nil {
+			return "", err
+		}
+		if others {
+			return Released, s.keys.Release(ctx, claim)
+		}
 		if _, err := s.complete(ctx, claim, &p); err != nil {
 			return "", err
 		}
