@@ -4,9 +4,12 @@
  * what is modelled, what is abstracted and how to read a trail).
  *
  * It mirrors this Go code. If you change one side, change the other:
- *   idempotency/store.go       Claim, TakeOver, TakeOverRequest, Complete /
+ *   idempotency/store.go       Claim, TakeOver (+ MarkAttempt: a retry's
+ *                              takeover that re-sends), Complete /
  *                              CompleteWith, Release / ReleaseTx,
  *                              LeaveInProgress, Stale, PurgeDone
+ *                              (not modelled: Refuse, the refusal of a
+ *                              request by its body or label)
  *   idempotency/middleware.go  claim, or replay a done key, or 409 for a live
  *                              lease, or take over a lapsed one
  *   payments/service.go        Create, open, finish, complete, notCharged /
@@ -186,8 +189,9 @@ inline Claim(h) {
 	fi
 }
 
-/* Store.TakeOverRequest + Service.open's Reopen (attempts++): only when the
- * key is in progress and its lease lapsed. */
+/* A retry's takeover: Store.TakeOver, then Service.open's Reopen
+ * (attempts++) and, re-sending, MarkAttempt (attempted_at = now, hence
+ * kstale = 0); only when the key is in progress and its lease lapsed. */
 inline TakeOverRequest(h) {
 	ktok = _pid; klive = 1; kworking = 1;
 #ifndef BUG1_STALE
