@@ -58,7 +58,10 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		return Answer{}, s.refuse(ctx, claim, bad)
 	}
 	if !wellFormedID(paymentID) {
-		return Answer{}, s.release(ctx, claim, errPaymentNotFound)
+		// refuse, not release: the fingerprint lowercases the path, so a
+		// retry of a refund in flight may reach here with the id's case
+		// changed, holding that refund's key.
+		return Answer{}, s.refuse(ctx, claim, errPaymentNotFound)
 	}
 	r, redrive, err := s.openRefund(ctx, claim, m.ID, paymentID, in)
 	var rce refundClaimErr

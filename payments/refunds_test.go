@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1023,6 +1024,10 @@ func TestRefusedRetryKeepsTheKeyOfWorkInFlight(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
 		refused := form(g, m, "/v1/payments/"+id+"/refunds", "r", map[string]any{"amount": 1500})
 		require.Equal(t, http.StatusUnsupportedMediaType, refused.StatusCode, string(refused.Body))
+		// The fingerprint lowercases the path: the id in capitals is the
+		// same request, refused as an id the gateway never makes.
+		upper := refundOf(g, m, strings.ToUpper(id), "r", map[string]any{"amount": 1500})
+		require.Equal(t, http.StatusNotFound, upper.StatusCode, string(upper.Body))
 		again := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
 		require.Equal(t, http.StatusAccepted, again.StatusCode, string(again.Body))
 		require.Equal(t, 1, ps.Refunds(ref), "not sent again")
