@@ -1034,18 +1034,17 @@ func TestRefusedRetryKeepsTheKeyOfWorkInFlight(t *testing.T) {
 	})
 }
 
-// A key refused as another request's (422) is released even when taken
-// over: it holds no work of this request, and left in progress it would be
-// settled by the sweeper with the other request's payment. And a webhook
-// endpoint's key, whose change commits with its completion, is released
-// on a refusal whether taken over or not.
-func TestRefusalsThatReleaseTakenOverKeys(t *testing.T) {
-	t.Parallel()
+// keyReusedByAnotherRequest pays under the key "k", then leaves "k" in
+// progress (its lease lapsed) under another request — the same payment
+// with amount 9999 — whose payment was never opened: as a request that
+// reused the key after the purge leaves it when it dies between its claim
+// (committed alone, as PersistWith does when the key's payment exists)
+// and its mismatch's release. It returns the first answer and the other
+// request's body.
+func keyReusedByAnotherRequest(t *testing.T) (*apptest.Gateway, apptest.Merchant, apptest.Response, map[string]any) {
+	t.Helper()
 	g := apptest.Start(t, apptest.Env("REPLAY_CACHE_SIZE", "0"))
 	m := g.Onboard(nil)
-	// The key in progress under a request whose payment was never opened
-	// (its claim committed alone, as PersistWith may when the key's
-	// payment row exists already): here, a claim written directly.
 	first := g.Pay(m, "k", body("sim_success"))
 	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
 	other := body("sim_success")
@@ -1053,6 +1052,17 @@ func TestRefusalsThatReleaseTakenOverKeys(t *testing.T) {
 	require.NoError(t, g.App.DB().Exec(`UPDATE idempotency_keys SET status = ?, completed_at = NULL, status_code = 0,
   response = NULL, response_headers = NULL, request_hash = ?, locked_until = ? WHERE merchant_id = ? AND key = ?`, idempotency.StatusInProgress,
 		idempotency.Fingerprint("POST", "/v1/payments", raw(other)), time.Now().Add(-time.Minute), m.ID, "k").Error)
+	return g, m, first, other
+}
+
+// A key refused as another request's (422) is released even when taken
+// over: it holds no work of this request, and left in progress it would be
+// settled by the sweeper with the other request's payment. And a webhook
+// endpoint's key, whose change commits with its completion, is released
+// on a refusal whether taken over or not.
+func TestRefusalsThatReleaseTakenOverKeys(t *testing.T) {
+	t.Parallel()
+	g, m, _, other := keyReusedByAnotherRequest(t)
 	mismatch := g.Pay(m, "k", other)
 	require.Equal(t, http.StatusUnprocessableEntity, mismatch.StatusCode, string(mismatch.Body))
 	_, err := g.App.Keys.Get(context.Background(), m.ID, "k")
@@ -1083,15 +1093,7 @@ VALUES (?, 'we', ?, ?, ?, 'x', ?, ?)`, m.ID, idempotency.Fingerprint("POST", "/v
 // have replayed as its own.
 func TestSweeperDoesNotHandAnotherRequestsAnswer(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t, apptest.Env("REPLAY_CACHE_SIZE", "0"))
-	m := g.Onboard(nil)
-	first := g.Pay(m, "k", body("sim_success"))
-	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
-	other := body("sim_success")
-	other["amount"] = 9999
-	require.NoError(t, g.App.DB().Exec(`UPDATE idempotency_keys SET status = ?, completed_at = NULL, status_code = 0,
-  response = NULL, response_headers = NULL, request_hash = ? WHERE merchant_id = ? AND key = ?`, idempotency.StatusInProgress,
-		idempotency.Fingerprint("POST", "/v1/payments", raw(other)), m.ID, "k").Error)
+	g, m, first, other := keyReusedByAnotherRequest(t)
 	ageKeys(t, g, time.Hour)
 	c := sweep(t, g)
 	require.Equal(t, 1, c.Released, "%+v", c)
