@@ -1,11 +1,9 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -39,12 +37,7 @@ func TestShutdownSaysWhatItCut(t *testing.T) {
 			logs := &apptest.SyncBuffer{}
 			a, err := app.New(cfg, slog.New(slog.NewJSONHandler(io.MultiWriter(logs), nil)))
 			require.NoError(t, err)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- a.Serve(ctx, ln) }()
-			g := &apptest.Gateway{T: t, App: a, URL: "http://" + ln.Addr().String(), Client: apptest.NewClient(), Logs: logs}
+			g, stop := apptest.Serve(t, a, logs)
 			m := g.Onboard(nil)
 			if tc.cut {
 				go func() {
@@ -57,8 +50,7 @@ func TestShutdownSaysWhatItCut(t *testing.T) {
 					return a.DB().Table("payments").Where("merchant_id = ?", m.ID).Count(&n).Error == nil && n == 1
 				}, 10*time.Second, 10*time.Millisecond)
 			}
-			cancel()
-			err = <-done
+			err = stop()
 			var shut map[string]any
 			var warned bool
 			for _, line := range strings.Split(logs.String(), "\n") {

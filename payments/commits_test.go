@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -169,13 +168,7 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	require.True(t, pipeline.Wrap(db, func(p gorm.ConnPool) gorm.ConnPool { return countingPool{inner: p, l: l} }))
 	a, err := app.NewWithDB(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), db)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	g := &apptest.Gateway{T: t, App: a, URL: "http://" + ln.Addr().String(), Client: apptest.NewClient()}
+	g, _ := apptest.Serve(t, a, nil)
 
 	m := g.Onboard(nil)
 	require.Equal(t, http.StatusCreated, g.Pay(m, "warm-up", body("sim_success")).StatusCode)

@@ -651,6 +651,23 @@ type lateRefund struct {
 // with req under the key "r"; pend keeps it pending at the provider.
 func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 	t.Helper()
+	l := lostRefund(t, req, pend)
+	g, m := l.g, l.m
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)
+	require.Equal(t, "failed", got["status"])
+	require.Equal(t, "not_processed", got["failure_code"])
+	require.EqualValues(t, 0, amountRefunded(t, g, m, l.paymentID))
+	return l
+}
+
+// lostRefund pays 5000 at Paystack and refunds it with req under the key
+// "r", the answer lost and the refund not yet listed by Paystack
+// (LandLateNext): a 202, its key in progress. pend keeps it pending at
+// Paystack.
+func lostRefund(t *testing.T, req map[string]any, pend bool) lateRefund {
+	t.Helper()
 	ps, g, m, id := paidAtPaystack(t)
 	l := lateRefund{ps: ps, g: g, m: m, paymentID: id, ref: providers.RefundReference(m.ID, "r")}
 	if pend {
@@ -660,12 +677,6 @@ func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 	lost := refundOf(g, m, l.paymentID, "r", req)
 	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
 	l.refundID = lost.JSON(t)["id"].(string)
-	ageKeys(t, g, time.Hour)
-	sweep(t, g)
-	got := g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)
-	require.Equal(t, "failed", got["status"])
-	require.Equal(t, "not_processed", got["failure_code"])
-	require.EqualValues(t, 0, amountRefunded(t, g, m, l.paymentID))
 	return l
 }
 
@@ -689,12 +700,8 @@ func paidAtPaystack(t *testing.T) (*paystacktest.Server, *apptest.Gateway, appte
 // (TestRefundContract).
 func TestRefundAtAListingProviderIsNotSentTwice(t *testing.T) {
 	t.Parallel()
-	ps, g, m, id := paidAtPaystack(t)
-	ref := providers.RefundReference(m.ID, "r")
-	ps.LandLateNext()
-	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
-	refundID := lost.JSON(t)["id"].(string)
+	l := lostRefund(t, map[string]any{"amount": 1500}, false)
+	ps, g, m, id, ref, refundID := l.ps, l.g, l.m, l.paymentID, l.ref, l.refundID
 	require.Equal(t, 1, ps.Refunds(ref))
 
 	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
@@ -1017,11 +1024,8 @@ func TestRefusedRetryKeepsTheKeyOfWorkInFlight(t *testing.T) {
 	})
 	t.Run("RefundAtPaystack", func(t *testing.T) {
 		t.Parallel()
-		ps, g, m, id := paidAtPaystack(t)
-		ref := providers.RefundReference(m.ID, "r")
-		ps.LandLateNext()
-		lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-		require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+		l := lostRefund(t, map[string]any{"amount": 1500}, false)
+		ps, g, m, id, ref := l.ps, l.g, l.m, l.paymentID, l.ref
 		refused := form(g, m, "/v1/payments/"+id+"/refunds", "r", map[string]any{"amount": 1500})
 		require.Equal(t, http.StatusUnsupportedMediaType, refused.StatusCode, string(refused.Body))
 		// The fingerprint lowercases the path: the id in capitals is the

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,6 +91,17 @@ func Start(t testing.TB, opts ...Option) *Gateway {
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
 	}
+	g, _ := Serve(t, a, logs)
+	g.DBURL = env["DATABASE_URL"]
+	return g
+}
+
+// Serve runs a built app on a free local port for the test: the Gateway
+// to call it (Logs is logs, which may be nil), and stop, which shuts it
+// down and returns what Serve returned. The test's end stops it too, if
+// stop was not called.
+func Serve(t testing.TB, a *app.App, logs *SyncBuffer) (g *Gateway, stop func() error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
@@ -97,18 +109,21 @@ func Start(t testing.TB, opts ...Option) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("apptest: gateway did not stop")
-		}
-	})
-	return &Gateway{
-		T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: env["DATABASE_URL"],
-		Client: NewClient(), Logs: logs,
+	var once sync.Once
+	var served error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case served = <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("apptest: gateway did not stop")
+			}
+		})
+		return served
 	}
+	t.Cleanup(func() { _ = stop() })
+	return &Gateway{T: t, App: a, URL: "http://" + ln.Addr().String(), Client: NewClient(), Logs: logs}, stop
 }
 
 // NewClient is an HTTP client that keeps enough idle connections for
