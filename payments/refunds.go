@@ -711,12 +711,17 @@ func (s *Service) DueRefundRechecks(ctx context.Context, limit int) ([]Refund, e
 // a refund released as not_processed: Reopened when the provider has it
 // (succeeded, or pending: back to pending for the sweeper), Confirmed when
 // it still has nothing (final for good), Skipped when a retry moved the
-// refund on; a lookup that fails is tried again after SWEEP_STALE_AFTER.
+// refund on; a lookup that fails, or a refund the provider has whose
+// amount other refunds in flight hold, is looked at again after
+// SWEEP_STALE_AFTER (Pending).
 func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, error) {
 	st := Skipped
 	var err error
 	if r.Status == RefundFailed && r.FailureCode == FailureNotProcessed {
 		st, err = s.recheckRefund(paced(ctx), r)
+	}
+	if st == Pending && err == nil {
+		return st, nil // its amount held by refunds in flight: rescheduled
 	}
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
@@ -782,7 +787,7 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 		f.Status = RefundPending
 	}
 	var r Refund
-	taken := false
+	taken, held := false, false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if r, err = s.store.RefundByKey(ctx, tx, read.MerchantID, read.IdempotencyKey); err != nil {
@@ -845,7 +850,12 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 				return err
 			}
 			taken = cur.Status == RefundFailed && cur.FailureCode == FailureNotProcessed && cur.Attempts == from
-			return errSkipped
+			if taken {
+				// Refunds still in flight may hold the room only for a
+				// while: the provider may refuse them (it has this one).
+				held, err = s.store.refundsInFlight(ctx, tx, r.MerchantID, r.PaymentID, r.ID)
+			}
+			return errors.Join(errSkipped, err)
 		}
 		if ok, err = s.store.reopenReleasedRefund(ctx, tx, r.MerchantID, r.ID, from, f); err != nil {
 			return err
@@ -859,6 +869,20 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 		return s.emitRefund(ctx, tx, &r)
 	})
 	switch {
+	case err != nil && !errors.Is(err, errSkipped):
+		return "", err
+	case held && s.now().Sub(read.UpdatedAt) < s.cfg.ReviewAfter:
+		// Its amount is held by refunds the provider has not finished:
+		// if one fails, the room comes back. Looked at again after
+		// SWEEP_STALE_AFTER (until REVIEW_AFTER since the release), by
+		// the sweeper's recheck, instead of a person told now.
+		s.cfg.Log.WarnContext(ctx, "refund found at the provider after its release as not_processed, but its amount is held by refunds still in flight: looked at again when they may have ended",
+			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider,
+			"amount", read.Amount, "provider_status", string(res.Outcome))
+		if err := s.store.scheduleRefundRecheck(ctx, nil, read.MerchantID, read.ID, s.cfg.StaleAfter); err != nil {
+			return "", err
+		}
+		return Pending, nil
 	case taken:
 		// The amount went to other refunds after the release: the
 		// provider has refunded (or is refunding) more than the ledger
@@ -867,10 +891,8 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider,
 			"amount", read.Amount, "provider_status", string(res.Outcome))
 		return Skipped, nil
-	case errors.Is(err, errSkipped):
-		return Skipped, nil
 	case err != nil:
-		return "", err
+		return Skipped, nil
 	}
 	s.cfg.Log.WarnContext(ctx, "refund re-opened: the provider has the refund it had no record of when the key was released",
 		"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider, "status", string(r.Status))

@@ -853,6 +853,71 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 	}
 }
 
+// A refund that lands after its release while another refund of the
+// payment, still in flight, holds its amount: not a discrepancy yet — the
+// other may fail — so it is looked at again after SWEEP_STALE_AFTER, and
+// re-opened once the room is back; only when the other succeeds is a
+// person told that the provider refunded more than the ledger shows.
+func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
+	t.Parallel()
+	for _, other := range []providers.Outcome{providers.OutcomeFailed, providers.OutcomeSucceeded} {
+		t.Run(string(other), func(t *testing.T) {
+			t.Parallel()
+			l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+			ps, g, m, id := l.ps, l.g, l.m, l.paymentID
+			db := g.App.DB()
+			// All that is left, as the ledger sees it, still pending at Paystack.
+			ps.PendNextRefund()
+			all := refundOf(g, m, id, "r2", map[string]any{})
+			require.Equal(t, http.StatusAccepted, all.StatusCode, string(all.Body))
+			require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+
+			ps.Faults.Land(l.ref)
+			h, raw, err := ps.RefundWebhook(l.ref)
+			require.NoError(t, err)
+			landed := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+			require.Equal(t, http.StatusOK, landed.StatusCode, string(landed.Body))
+			require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)["status"], "no room while r2 holds it")
+			require.NotContains(t, g.Logs.String(), `"level":"ERROR"`, "r2 may yet fail: no one paged")
+			var due int64
+			require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&due).Error)
+			require.EqualValues(t, 1, due, "looked at again later")
+
+			// A recheck while r2 is still in flight waits again.
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			c := sweep(t, g)
+			require.Zero(t, c.Reopened+c.Confirmed, "%+v", c)
+			require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&due).Error)
+			require.EqualValues(t, 1, due, "still scheduled")
+
+			// r2 ends at Paystack (had it checked the balance, it would have
+			// refused it) and the sweeper settles it; the next recheck
+			// re-opens the refund that landed, or finds the room gone.
+			require.NoError(t, ps.SettleRefund(providers.RefundReference(m.ID, "r2"), other))
+			ageKeys(t, g, time.Hour)
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			sweep(t, g)
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			sweep(t, g)
+			got := g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)
+			if other == providers.OutcomeFailed {
+				require.Equal(t, "succeeded", got["status"])
+				require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+				retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+				require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+				require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
+			} else {
+				require.Equal(t, "failed", got["status"])
+				require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+				require.Contains(t, g.Logs.String(), "the provider refunded more than the ledger shows")
+			}
+			require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&due).Error)
+			require.Zero(t, due, "done with")
+			require.Equal(t, 1, ps.Refunds(l.ref), "looked up, never sent again")
+		})
+	}
+}
+
 // A retry that claims the refund's key while the provider's event re-opens
 // it: the event's transaction waits for the retry's claim, finds the key
 // taken and leaves the refund to the retry — no second reservation, and

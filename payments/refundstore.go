@@ -190,6 +190,16 @@ WHERE id = ? AND merchant_id = ? AND status = ? AND amount_refunded + ? <= amoun
 	return res.RowsAffected == 1, nil
 }
 
+// refundsInFlight reports whether a payment has refunds other than except
+// whose outcome is not yet final (pending, or left for review): their
+// amounts are reserved and may come back.
+func (s *Store) refundsInFlight(ctx context.Context, tx *gorm.DB, merchantID, paymentID, except string) (bool, error) {
+	var n int64
+	err := s.exec(ctx, tx).Raw(`SELECT count(*) FROM refunds WHERE merchant_id = ? AND payment_id = ? AND id <> ? AND status IN (?, ?)`,
+		merchantID, paymentID, except, RefundPending, RefundRequiresReview).Scan(&n).Error
+	return n > 0, interpret("refunds in flight", err)
+}
+
 // unreserve gives a failed refund's amount back to the payment.
 func (s *Store) unreserve(ctx context.Context, tx *gorm.DB, merchantID, paymentID string, amount int64) error {
 	res := s.exec(ctx, tx).Exec(`UPDATE payments SET amount_refunded = amount_refunded - ?
