@@ -369,6 +369,10 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			redrive = fromCode == FailureNotProcessed && existing.RecheckAt != nil
 		case final(existing.Status):
 			p = existing
+			if claim.LegacyHash != "" && p.RequestHash == claim.LegacyHash && p.RequestHash != claim.RequestHash {
+				p.RequestHash = claim.RequestHash
+				return s.store.adoptHash(ctx, tx, "payments", merchantID, p.ID, claim.LegacyHash, claim.RequestHash)
+			}
 			return nil
 		default:
 			// Taken over (still processing): same payment, same reference;

@@ -190,6 +190,19 @@ func SetCreated(p *Payment, created any) error {
 	return nil
 }
 
+// adoptHash moves a final payment or refund (table) made before
+// fingerprints were canonical, whose request_hash is from (the raw body's
+// hash), to to: the canonical fingerprint of the byte-identical retry
+// answered from it, in that retry's claim transaction. Its key, claimed
+// under to, and its row then agree, so a sweeper that completes the key
+// after the retry died does not take it for another request's
+// (anotherRequests) and release it.
+func (s *Store) adoptHash(ctx context.Context, tx *gorm.DB, table, merchantID, id, from, to string) error {
+	return interpret("adopt fingerprint", s.exec(ctx, tx).Table(table).
+		Where("merchant_id = ? AND id = ? AND request_hash = ?", merchantID, id, from).
+		Update("request_hash", to).Error)
+}
+
 // Reopen starts a new attempt on a payment whose key was claimed again —
 // after a release (from) or a takeover — conditional on the payment still
 // being in the state the caller read (status from, and failure code when
