@@ -1209,7 +1209,9 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 		{name: "Payment", table: "payments", id: id, key: "k", route: "/v1/payments", bytes: payBytes, otherBytes: payOther,
 			send: func(b []byte) apptest.Response { return g.Pay(m, "k", b) }},
 		{name: "Refund", table: "refunds", id: refundID, key: "r", route: strings.ToLower(refundPath), bytes: refundBytes, otherBytes: refundOther,
-			send: func(b []byte) apptest.Response { return g.Do("POST", refundPath, b, append(auth, "Idempotency-Key", "r")...) }},
+			send: func(b []byte) apptest.Response {
+				return g.Do("POST", refundPath, b, append(auth, "Idempotency-Key", "r")...)
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// As an older version left it: the raw body's hash, the key purged.
