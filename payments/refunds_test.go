@@ -1203,7 +1203,7 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, table, id, key, route string
-		send, other                 func([]byte) apptest.Response
+		send                        func([]byte) apptest.Response
 		bytes, otherBytes           []byte
 	}{
 		{name: "Payment", table: "payments", id: id, key: "k", route: "/v1/payments", bytes: payBytes, otherBytes: payOther,
