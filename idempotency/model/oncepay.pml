@@ -4,12 +4,15 @@
  * what is modelled, what is abstracted and how to read a trail).
  *
  * It mirrors this Go code. If you change one side, change the other:
- *   idempotency/store.go       Claim, TakeOver (+ MarkAttempt: a retry's
+ *   idempotency/store.go       Claim, PersistWith / Persist (the claim
+ *                              commits with a new key's payment row, or
+ *                              alone, before the re-open of an existing
+ *                              one), TakeOver (+ MarkAttempt: a retry's
  *                              takeover that re-sends), Complete /
  *                              CompleteWith, Release / ReleaseTx,
- *                              LeaveInProgress, Stale, PurgeDone
- *                              (not modelled: Refuse, the refusal of a
- *                              request by its body or label)
+ *                              LeaveInProgress, Refuse (a request refused
+ *                              by its body, label or provider before it
+ *                              opens anything), Stale, PurgeDone
  *   idempotency/middleware.go  claim, or replay a done key, or 409 for a live
  *                              lease, or take over a lapsed one
  *   payments/service.go        Create, open, finish, complete, notCharged /
@@ -28,7 +31,8 @@
  * each): the verifier must then find a charged payment that the ledger
  * holds as failed for good. -DREOPEN_AS_FIRST, -DSTALL_BEFORE_CHARGE and
  * -DRECHECK_NO_VERSION are further holes the model found (README,
- * "Findings"): each must be violated too.
+ * "Findings"), and -DREFUSE_RELEASES (a refused takeover releases the key
+ * of the work in flight) one a reviewer found: each must be violated too.
  *
  * One key K of one merchant, its payment row P and the provider's record of
  * the reference R (providers.Reference is deterministic per key, so the
@@ -62,6 +66,10 @@
 #endif
 #ifndef MAX_PURGES
 #define MAX_PURGES  1   /* PurgeDone of the done key */
+#endif
+#ifndef MAX_REFUSALS
+#define MAX_REFUSALS 1  /* requests refused before they open anything (a
+                         * label, or a rule a deploy changed) */
 #endif
 
 /* ---- idempotency_keys.status ---- */
@@ -104,6 +112,9 @@
 #define H_FIRST   2  /* claimed; nothing of an earlier attempt can exist */
 #define H_REDRIVE 3  /* an earlier attempt's outcome is unknown: re-drive, never release */
 #define H_FINAL   4  /* claimed, but the ledger is final (the answer was purged) */
+#define H_OPEN    5  /* the claim committed alone (the key's payment exists): Open next */
+#define H_REFUSED 6  /* refused before opening anything (400/415); a fresh claim was never sent */
+#define H_REFUSED_TAKEN 7  /* refused after taking the key over: Refuse */
 
 #define final(p)     (p == P_SUCCEEDED || p == P_DECLINED)
 #define retryable(p) (p == P_FAILED_NP || p == P_FAILED_NP_FINAL || p == P_FAILED_UNAVAIL)
@@ -132,6 +143,7 @@ bit      old          = 0;  /* past redriveWindow: the provider may have forgott
 byte     crashes      = 0;
 byte     stalls       = 0;
 byte     purges       = 0;
+byte     refusals     = 0;
 bit      app_final    = 0;  /* the app holds a final answer and stops retrying */
 
 chan req = [0] of { bit };   /* the app's requests, to either gateway instance */
@@ -164,15 +176,32 @@ inline clearLease() {
 
 /* ==== the SQL statements of idempotency/store.go (with their payment writes) ==== */
 
-/* Store.Claim + Service.open (InsertNew or Reopen), one step: the claim's
- * INSERT is held back and sent with the payment's first write, in one
- * statement (PersistWith) or one transaction (Persist). Only when the key is
- * absent (INSERT … ON CONFLICT DO NOTHING affected a row). */
+/* Store.Claim + PersistWith, one statement: the claim's INSERT is held
+ * back and sent with the payment's first write. Only when the key is absent
+ * (INSERT … ON CONFLICT DO NOTHING affected a row). A new key's payment is
+ * inserted in the same commit; when the key's payment exists (a retry after
+ * a release, or after the answer was purged) the claim commits alone and
+ * the request opens the payment next, in a transaction of its own (Open). */
 inline Claim(h) {
 	key = K_INPROG; ktok = _pid; klive = 1; kworking = 1; kstale = 0;
 	if
 	:: pay == P_NONE ->                         /* InsertNew */
 		pay = P_PROCESSING; attempts = 1; h = H_FIRST
+	:: pay != P_NONE ->
+		/* a processing payment always has its key in progress */
+		assert(pay != P_PROCESSING);
+		h = H_OPEN
+	fi
+}
+
+/* Service.open's Persist under a claim that committed alone, or a
+ * takeover's: a payment released earlier is re-opened (Reopen,
+ * attempts++), a final one answered from the ledger, one still processing
+ * re-driven. Between a claim and its Open a recheck or a webhook may have
+ * re-opened the payment to final (the key was not absent, so they left it
+ * to this request). */
+inline Reopen(h) {
+	if
 	:: retryable(pay) ->                        /* released earlier: Reopen, attempts++ */
 		REACH(9, pay == P_FAILED_NP);
 #ifdef REOPEN_AS_FIRST
@@ -185,8 +214,18 @@ inline Claim(h) {
 		pay = P_PROCESSING; attempts++
 	:: final(pay) -> h = H_FINAL;               /* the answer was purged; the ledger has it */
 		REACH(3, 1)
-	:: pay == P_PROCESSING -> assert(false)     /* a processing payment always has its key in progress */
+	:: pay == P_PROCESSING -> attempts++; h = H_REDRIVE  /* taken over: re-sent */
 	fi
+}
+
+inline Open(h) {
+	atomic {
+		if
+		:: key == K_INPROG && ktok == _pid -> Reopen(h); REACH(12, h == H_FINAL)
+		:: else -> h = H_BUSY                   /* ErrLostClaim: 409 */
+		fi;
+		INV()
+	}
 }
 
 /* A retry's takeover: Store.TakeOver, then Service.open's Reopen
@@ -197,18 +236,21 @@ inline TakeOverRequest(h) {
 #ifndef BUG1_STALE
 	kstale = 0;                                 /* attempted_at = now */
 #endif
-	if
-	:: final(pay) -> h = H_FINAL
-	:: else -> assert(pay == P_PROCESSING); attempts++; h = H_REDRIVE
-	fi
+	Reopen(h)
 }
 
 /* idempotency/middleware.go: the key's row decides, in one step: claim it,
- * take it over, 409, or replay the stored answer. */
+ * take it over, 409, or replay the stored answer. A request the handler
+ * refuses before it opens anything (its Content-Type label, or a rule a
+ * deploy changed, so a retry of the same fingerprint can be refused) never
+ * sends a fresh claim; one that took the key over has written its token. */
 inline Middleware(h, ans) {
 	atomic {
 		if
 		:: key == K_ABSENT -> Claim(h)
+		:: key == K_ABSENT && refusals < MAX_REFUSALS -> refusals++; h = H_REFUSED
+		:: key == K_INPROG && !klive && refusals < MAX_REFUSALS ->
+			refusals++; ktok = _pid; klive = 1; kworking = 1; h = H_REFUSED_TAKEN
 		:: key == K_INPROG && !klive -> TakeOverRequest(h)
 		:: key == K_INPROG && klive -> h = H_BUSY  /* 409, Retry-After: 1 */
 		:: key == K_DONE -> h = H_REPLAY; ans = kans
@@ -272,6 +314,26 @@ inline ReleaseKey() {
 		:: key == K_INPROG && ktok == _pid -> key = K_ABSENT; clearLease()
 		:: else -> skip
 		fi
+	}
+}
+
+/* Store.Refuse of a claim taken over: the earlier attempt's work holds the
+ * key, so it is left in progress (LeaveInProgress) for the sweeper or a
+ * retry the handler accepts; -DREFUSE_RELEASES releases it as a fresh
+ * claim's would be. */
+inline Refuse() {
+	atomic {
+		if
+		:: key == K_INPROG && ktok == _pid ->
+			REACH(11, pay == P_PROCESSING);
+#ifdef REFUSE_RELEASES
+			key = K_ABSENT; clearLease()
+#else
+			klive = 0; kworking = 0
+#endif
+		:: else -> skip
+		fi;
+		INV()
 	}
 }
 
@@ -491,7 +553,12 @@ end_idle:
 	:: req?_ ->
 		Middleware(h, ans);
 		if
-		:: h == H_BUSY -> skip                       /* 409 */
+		:: h == H_OPEN -> Fault(0); Open(h)
+		:: else -> skip
+		fi;
+		if
+		:: h == H_BUSY || h == H_REFUSED -> skip     /* 409; 400 or 415 */
+		:: h == H_REFUSED_TAKEN -> Fault(0); Refuse() /* 400 or 415 */
 		:: h == H_REPLAY -> Answer(ans)
 		:: h == H_FINAL ->                           /* the ledger is final: no charge */
 			Fault(0);
@@ -622,6 +689,7 @@ active proctype Quiescence() {
 		assert(key != K_INPROG);                           /* inv 3: no key in progress forever */
 		assert(prov != R_SUCCEEDED || pay == P_SUCCEEDED); /* inv 2: charged => succeeded in the ledger */
 		assert(pay != P_FAILED_NP);                        /* inv 3: no recheck left pending */
+		assert(pay != P_PROCESSING);                       /* inv 3: no payment left processing */
 		INV();
 		REACH(10, prov == R_SUCCEEDED && attempts >= 2 && app_final)
 	}

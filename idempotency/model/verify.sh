@@ -125,10 +125,11 @@ expect bug1 'inv 2' -DBUG1 >"$work/expect.log" 2>&1
 expect reopen-as-first '' -DREOPEN_AS_FIRST >>"$work/expect.log" 2>&1
 expect stall-before-charge 'inv 2' -DSTALL_BEFORE_CHARGE >>"$work/expect.log" 2>&1
 expect recheck-no-version 'inv 2' -DRECHECK_NO_VERSION >>"$work/expect.log" 2>&1
+expect refuse-releases '' -DREFUSE_RELEASES >>"$work/expect.log" 2>&1
 
 # 4. Reachability probes.
 reached=""
-for n in 1 2 3 4 5 6 7 8 9 10; do
+for n in $(sed -n 's/.*REACH(\([0-9][0-9]*\),.*/\1/p' "$model" | sort -n | uniq); do
 	if build "probe$n" -O0 "-DPROBE=$n" >>"$work/expect.log" 2>&1; then
 		(cd "$work/probe$n" && ./pan $QUICK >pan.out 2>&1) || true
 	fi
