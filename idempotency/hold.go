@@ -117,6 +117,24 @@ func (s *Store) insertHeld(db *gorm.DB, c Claim, p *ClaimParams) error {
 	return nil
 }
 
+// lockOwned locks c's key in tx (on PostgreSQL; SQLite has one writer)
+// and reports ErrLostClaim when c no longer owns it.
+func (s *Store) lockOwned(tx *gorm.DB, c Claim) error {
+	q := tx.Model(&Record{}).Select("key").
+		Where("merchant_id = ? AND key = ? AND status = ? AND lock_token = ?", c.MerchantID, c.Key, StatusInProgress, c.Token)
+	if tx.Dialector.Name() == "postgres" {
+		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	var keys []string
+	if err := q.Find(&keys).Error; err != nil {
+		return fmt.Errorf("idempotency: lock claim: %w", err)
+	}
+	if len(keys) != 1 {
+		return fmt.Errorf("idempotency: lock claim: %w", ErrLostClaim)
+	}
+	return nil
+}
+
 // Persist makes the claim durable, running fn (which may be nil) in the
 // same commit: for a held claim, the claim's INSERT and fn share one
 // transaction; for a durable claim (a takeover, or one already persisted),
@@ -130,7 +148,18 @@ func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error
 		if fn == nil {
 			return nil
 		}
-		return s.exec(ctx, nil).Transaction(fn)
+		// The claim committed before (a takeover, or a claim whose owner
+		// row existed): fn's transaction first locks the key and checks
+		// the claim still owns it. A request that stalled past its lease
+		// meanwhile — the sweeper took the key over and may have released
+		// it — writes nothing: no payment re-opened under another owner's
+		// attempt, or left processing under no key at all.
+		return s.exec(ctx, nil).Transaction(func(tx *gorm.DB) error {
+			if err := s.lockOwned(tx, c); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
 	}
 	defer c.held.end()
 	if fn == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -198,4 +199,36 @@ func TestTakeOverRequestChecksTheFingerprint(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, c.TakenOver)
+}
+
+// Persist on a claim that committed before (a takeover, or a claim whose
+// owner row existed) runs fn only while the claim still owns the key: a
+// request that stalled past its lease, whose key the sweeper took over
+// (and may have released), writes nothing.
+func TestPersistOfADurableClaimChecksOwnership(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		s := idempotency.NewStore(db)
+		_, _, err := s.Claim(ctx, idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: -time.Minute})
+		require.NoError(t, err)
+		stalled, ok, err := s.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: -time.Minute})
+		require.NoError(t, err)
+		require.True(t, ok)
+		ran := 0
+		fn := func(tx *gorm.DB) error { ran++; return nil }
+		require.NoError(t, s.Persist(ctx, stalled, fn), "its own key")
+		require.Equal(t, 1, ran)
+
+		// Its lease lapsed; the sweeper takes the key over.
+		sweeper, ok, err := s.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: "m1", Key: "k", Lease: lease})
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.ErrorIs(t, s.Persist(ctx, stalled, fn), idempotency.ErrLostClaim)
+		require.Equal(t, 1, ran, "fn did not run")
+		// And releases it.
+		require.NoError(t, s.Release(ctx, sweeper))
+		require.ErrorIs(t, s.Persist(ctx, stalled, fn), idempotency.ErrLostClaim)
+		require.Equal(t, 1, ran, "fn did not run")
+	})
 }

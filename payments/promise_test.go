@@ -31,10 +31,10 @@ import (
 
 // paystackMerchant is a gateway, a fake Paystack it talks to, and a
 // merchant who charges through it by default.
-func paystackMerchant(t *testing.T) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant) {
+func paystackMerchant(t *testing.T, opts ...apptest.Option) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant) {
 	t.Helper()
 	ps := paystacktest.New(t)
-	g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	g := apptest.Start(t, append([]apptest.Option{apptest.Env("PAYSTACK_BASE_URL", ps.URL)}, opts...)...)
 	m := g.Onboard(map[string]any{"default_provider": "paystack",
 		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
 	return ps, g, m

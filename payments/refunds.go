@@ -792,6 +792,7 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 		f.Status = RefundPending
 	}
 	var r Refund
+	var from int
 	taken, held := false, false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
@@ -801,7 +802,7 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 		if r.ID != read.ID || r.Status != RefundFailed || r.FailureCode != FailureNotProcessed {
 			return errSkipped
 		}
-		from := r.Attempts
+		from = r.Attempts
 		f.applyTo(&r)
 		if r.RequestHash == "" && f.Status == RefundPending {
 			// Made before fingerprints were kept, the key cannot be bound
@@ -858,9 +859,11 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 			if taken {
 				// Refunds still in flight may hold the room only for a
 				// while: the provider may refuse them (it has this one).
-				held, err = s.store.refundsInFlight(ctx, tx, r.MerchantID, r.PaymentID, r.ID)
+				if held, err = s.store.inFlightCouldMakeRoom(ctx, tx, r.MerchantID, r.PaymentID, r.ID, r.Amount); err != nil {
+					return err
+				}
 			}
-			return errors.Join(errSkipped, err)
+			return errSkipped
 		}
 		if ok, err = s.store.reopenReleasedRefund(ctx, tx, r.MerchantID, r.ID, from, f); err != nil {
 			return err
@@ -884,7 +887,7 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 		s.cfg.Log.WarnContext(ctx, "refund found at the provider after its release as not_processed, but its amount is held by refunds still in flight: looked at again when they may have ended",
 			"merchant_id", read.MerchantID, "refund_id", read.ID, "payment_id", read.PaymentID, "provider", read.Provider,
 			"amount", read.Amount, "provider_status", string(res.Outcome))
-		if err := s.store.scheduleRefundRecheck(ctx, nil, read.MerchantID, read.ID, s.cfg.StaleAfter); err != nil {
+		if err := s.store.recheckReleasedRefundAgain(ctx, read.MerchantID, read.ID, from, s.cfg.StaleAfter); err != nil {
 			return "", err
 		}
 		return Pending, nil

@@ -652,9 +652,9 @@ type lateRefund struct {
 
 // refundLandingLate pays 5000 at Paystack and makes a lateRefund of it
 // with req under the key "r"; pend keeps it pending at the provider.
-func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
+func refundLandingLate(t *testing.T, req map[string]any, pend bool, opts ...apptest.Option) lateRefund {
 	t.Helper()
-	l := lostRefund(t, req, pend)
+	l := lostRefund(t, req, pend, opts...)
 	g, m := l.g, l.m
 	ageKeys(t, g, time.Hour)
 	sweep(t, g)
@@ -669,9 +669,9 @@ func refundLandingLate(t *testing.T, req map[string]any, pend bool) lateRefund {
 // "r", the answer lost and the refund not yet listed by Paystack
 // (LandLateNext): a 202, its key in progress. pend keeps it pending at
 // Paystack.
-func lostRefund(t *testing.T, req map[string]any, pend bool) lateRefund {
+func lostRefund(t *testing.T, req map[string]any, pend bool, opts ...apptest.Option) lateRefund {
 	t.Helper()
-	ps, g, m, id := paidAtPaystack(t)
+	ps, g, m, id := paidAtPaystack(t, opts...)
 	l := lateRefund{ps: ps, g: g, m: m, paymentID: id, ref: providers.RefundReference(m.ID, "r")}
 	if pend {
 		ps.PendNextRefund()
@@ -685,9 +685,9 @@ func lostRefund(t *testing.T, req map[string]any, pend bool) lateRefund {
 
 // paidAtPaystack onboards a Paystack merchant and pays 5000 under the key
 // "p"; it returns the payment's id.
-func paidAtPaystack(t *testing.T) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant, string) {
+func paidAtPaystack(t *testing.T, opts ...apptest.Option) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant, string) {
 	t.Helper()
-	ps, g, m := paystackMerchant(t)
+	ps, g, m := paystackMerchant(t, opts...)
 	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
 	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
 	return ps, g, m, pay.JSON(t)["id"].(string)
@@ -863,10 +863,19 @@ func TestRefundThatLandsAfterItsRelease(t *testing.T) {
 // person told that the provider refunded more than the ledger shows.
 func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 	t.Parallel()
-	for _, other := range []providers.Outcome{providers.OutcomeFailed, providers.OutcomeSucceeded} {
-		t.Run(string(other), func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other providers.Outcome
+		opts  []apptest.Option
+	}{
+		{"failed", providers.OutcomeFailed, nil},
+		{"succeeded", providers.OutcomeSucceeded, nil},
+		{"failed/sqlite", providers.OutcomeFailed, []apptest.Option{apptest.SQLite()}},
+	} {
+		other := tc.other
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+			l := refundLandingLate(t, map[string]any{"amount": 1500}, false, tc.opts...)
 			ps, g, m, id := l.ps, l.g, l.m, l.paymentID
 			db := g.App.DB()
 			// All that is left, as the ledger sees it, still pending at Paystack.
@@ -919,6 +928,31 @@ func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 			require.Equal(t, 1, ps.Refunds(l.ref), "looked up, never sent again")
 		})
 	}
+}
+
+// Refunds in flight too small to make room for a refund that landed after
+// its release, even were they all to fail, do not hold it back: the
+// discrepancy is reported at once.
+func TestRefundLandingLateNotHeldByRefundsTooSmall(t *testing.T) {
+	t.Parallel()
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	ps, g, m, id := l.ps, l.g, l.m, l.paymentID
+	most := refundOf(g, m, id, "r3", map[string]any{"amount": 3600})
+	require.Equal(t, http.StatusAccepted, most.StatusCode, "Paystack queues a refund: %s", most.Body)
+	ageKeys(t, g, 10*time.Minute)
+	sweep(t, g)
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+most.JSON(t)["id"].(string)).JSON(t)["status"])
+	ps.PendNextRefund()
+	small := refundOf(g, m, id, "r2", map[string]any{"amount": 100})
+	require.Equal(t, http.StatusAccepted, small.StatusCode, string(small.Body))
+
+	ps.Faults.Land(l.ref)
+	h, raw, err := ps.RefundWebhook(l.ref)
+	require.NoError(t, err)
+	landed := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, landed.StatusCode, string(landed.Body))
+	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)["status"])
+	require.Contains(t, g.Logs.String(), "the provider refunded more than the ledger shows", "100 in flight cannot make room for 1500")
 }
 
 // A retry that claims the refund's key while the provider's event re-opens

@@ -190,14 +190,16 @@ WHERE id = ? AND merchant_id = ? AND status = ? AND amount_refunded + ? <= amoun
 	return res.RowsAffected == 1, nil
 }
 
-// refundsInFlight reports whether a payment has refunds other than except
-// whose outcome is not yet final (pending, or left for review): their
-// amounts are reserved and may come back.
-func (s *Store) refundsInFlight(ctx context.Context, tx *gorm.DB, merchantID, paymentID, except string) (bool, error) {
-	var n int64
-	err := s.exec(ctx, tx).Raw(`SELECT count(*) FROM refunds WHERE merchant_id = ? AND payment_id = ? AND id <> ? AND status IN (?, ?)`,
-		merchantID, paymentID, except, RefundPending, RefundRequiresReview).Scan(&n).Error
-	return n > 0, interpret("refunds in flight", err)
+// inFlightCouldMakeRoom reports whether refunds of a payment other than
+// except whose outcome is not yet final (pending, or left for review) hold
+// enough that, were the provider to refuse them, amount would fit in what
+// is left: their amounts are reserved, and come back if they fail.
+func (s *Store) inFlightCouldMakeRoom(ctx context.Context, tx *gorm.DB, merchantID, paymentID, except string, amount int64) (bool, error) {
+	var row struct{ Held, Room int64 }
+	err := s.exec(ctx, tx).Raw(`SELECT COALESCE(sum(r.amount), 0) AS held, COALESCE(max(p.amount - p.amount_refunded), 0) AS room
+FROM payments p LEFT JOIN refunds r ON r.merchant_id = p.merchant_id AND r.payment_id = p.id AND r.id <> ? AND r.status IN (?, ?)
+WHERE p.merchant_id = ? AND p.id = ?`, except, RefundPending, RefundRequiresReview, merchantID, paymentID).Scan(&row).Error
+	return row.Held > 0 && row.Room+row.Held >= amount, interpret("refunds in flight", err)
 }
 
 // unreserve gives a failed refund's amount back to the payment.
@@ -218,6 +220,21 @@ func (s *Store) scheduleRefundRecheck(ctx context.Context, tx *gorm.DB, merchant
 ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck_at`,
 		merchantID, refundID, dbclock.Plus(db, after)).Error
 	return interpret("schedule refund recheck", err)
+}
+
+// recheckReleasedRefundAgain schedules a released refund's recheck after
+// after, as scheduleRefundRecheck, but outside the release's transaction:
+// only while the refund is still released at attempts, the attempt the
+// caller looked at. One sent again (and perhaps released again) since has
+// its own recheck, which this must not move closer.
+func (s *Store) recheckReleasedRefundAgain(ctx context.Context, merchantID, refundID string, attempts int, after time.Duration) error {
+	db := s.exec(ctx, nil)
+	err := db.Exec(`INSERT INTO refund_rechecks (merchant_id, refund_id, recheck_at)
+SELECT CAST(? AS TEXT), CAST(? AS TEXT), ? WHERE EXISTS (SELECT 1 FROM refunds
+  WHERE merchant_id = ? AND id = ? AND attempts = ? AND status = ? AND failure_code = ?)
+ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck_at`,
+		merchantID, refundID, dbclock.Plus(db, after), merchantID, refundID, attempts, RefundFailed, FailureNotProcessed).Error
+	return interpret("reschedule refund recheck", err)
 }
 
 // refundRecheckLater moves a refund's recheck to after from now (the

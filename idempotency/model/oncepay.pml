@@ -7,7 +7,8 @@
  *   idempotency/store.go       Claim, PersistWith / Persist (the claim
  *                              commits with a new key's payment row, or
  *                              alone, before the re-open of an existing
- *                              one), TakeOver (+ MarkAttempt: a retry's
+ *                              one, whose transaction checks the claim's
+ *                              token: lockOwned), TakeOver (+ MarkAttempt: a retry's
  *                              takeover that re-sends), Complete /
  *                              CompleteWith, Release / ReleaseTx,
  *                              LeaveInProgress, Refuse (a request refused
@@ -32,7 +33,9 @@
  * holds as failed for good. -DREOPEN_AS_FIRST, -DSTALL_BEFORE_CHARGE and
  * -DRECHECK_NO_VERSION are further holes the model found (README,
  * "Findings"), and -DREFUSE_RELEASES (a refused takeover releases the key
- * of the work in flight) one a reviewer found: each must be violated too.
+ * of the work in flight) and -DPERSIST_NO_OWNER (a stalled request re-opens
+ * the payment under the sweeper's claim, or under none) two that reviewers
+ * found: each must be violated too.
  *
  * One key K of one merchant, its payment row P and the provider's record of
  * the reference R (providers.Reference is deterministic per key, so the
@@ -59,7 +62,7 @@
 #define MAX_CRASHES 1   /* process crashes in the whole run */
 #endif
 #ifndef MAX_STALLS
-#define MAX_STALLS  1   /* owners paused past their lease (after a provider call) */
+#define MAX_STALLS  1   /* owners paused past their lease */
 #endif
 #ifndef MAX_HOOKS
 #define MAX_HOOKS   2   /* deliveries of the webhook when the late charge lands (0 = lost) */
@@ -221,22 +224,29 @@ inline Reopen(h) {
 inline Open(h) {
 	atomic {
 		if
+#ifdef PERSIST_NO_OWNER
+		:: true -> Reopen(h)
+#else
+		/* Persist locks the key and checks the claim's token first
+		 * (Store.lockOwned) */
 		:: key == K_INPROG && ktok == _pid -> Reopen(h); REACH(12, h == H_FINAL)
-		:: else -> h = H_BUSY                   /* ErrLostClaim: 409 */
+		:: else -> h = H_BUSY; REACH(13, 1)     /* ErrLostClaim: 409 */
+#endif
 		fi;
 		INV()
 	}
 }
 
-/* A retry's takeover: Store.TakeOver, then Service.open's Reopen
- * (attempts++) and, re-sending, MarkAttempt (attempted_at = now, hence
- * kstale = 0); only when the key is in progress and its lease lapsed. */
+/* A retry's takeover: Store.TakeOver and, re-sending, MarkAttempt
+ * (attempted_at = now, hence kstale = 0); only when the key is in progress
+ * and its lease lapsed. Service.open's Reopen (attempts++) follows in its
+ * own transaction (Open). */
 inline TakeOverRequest(h) {
 	ktok = _pid; klive = 1; kworking = 1;
 #ifndef BUG1_STALE
 	kstale = 0;                                 /* attempted_at = now */
 #endif
-	Reopen(h)
+	h = H_OPEN                                  /* Open next, in a transaction of its own */
 }
 
 /* idempotency/middleware.go: the key's row decides, in one step: claim it,
@@ -461,11 +471,13 @@ end_idle:
 /* ==== faults ==== */
 
 /* Between any two steps: the process crashes (its claim, if any, keeps its
- * lease until it lapses), or nothing happens. Fault(1), after a provider
- * call returned, may instead stall the process past its lease: it carries on
- * later, and its writes are fenced by its token. A stall before the Charge
- * is sent would break assumption (a) (the lease covers the claim-to-answer
- * time of the provider call); -DSTALL_BEFORE_CHARGE allows it there too. */
+ * lease until it lapses), or nothing happens. Fault(1) may instead stall the
+ * process past its lease (after a provider call returned, before the
+ * charge, between a claim and its Open): it carries on later, its writes
+ * fenced by its token, and its charge not sent once the lease is over.
+ * -DSTALL_BEFORE_CHARGE drops that last check (the charge would go out
+ * after the sweeper's "not found"), -DPERSIST_NO_OWNER the token check of
+ * Open's transaction. */
 inline Fault(canStall) {
 	if
 	:: atomic {
@@ -553,7 +565,7 @@ end_idle:
 	:: req?_ ->
 		Middleware(h, ans);
 		if
-		:: h == H_OPEN -> Fault(0); Open(h)
+		:: h == H_OPEN -> Fault(1); Open(h)     /* a stall here: the sweeper may take over */
 		:: else -> skip
 		fi;
 		if
@@ -564,11 +576,18 @@ end_idle:
 			Fault(0);
 			Complete(X_NONE, ans); Answer(ans)
 		:: h == H_FIRST || h == H_REDRIVE ->
-#ifdef STALL_BEFORE_CHARGE
 			Fault(1);
+			if
+#ifndef STALL_BEFORE_CHARGE
+			/* The charge goes out only while the claim's lease is
+			 * certainly live (Create's deadline from LeaseEnds): 409, not
+			 * sent; the key stays in progress for the sweeper. */
+			:: !(key == K_INPROG && ktok == _pid && klive) -> REACH(14, 1); goto crashed
+			:: key == K_INPROG && ktok == _pid && klive -> skip
 #else
-			Fault(0);
+			:: true -> skip
 #endif
+			fi;
 			ChargeOrLookUpInstead(h, res);
 			Fault(1);
 			if

@@ -126,6 +126,7 @@ expect reopen-as-first '' -DREOPEN_AS_FIRST >>"$work/expect.log" 2>&1
 expect stall-before-charge 'inv 2' -DSTALL_BEFORE_CHARGE >>"$work/expect.log" 2>&1
 expect recheck-no-version 'inv 2' -DRECHECK_NO_VERSION >>"$work/expect.log" 2>&1
 expect refuse-releases '' -DREFUSE_RELEASES >>"$work/expect.log" 2>&1
+expect persist-no-owner '' -DPERSIST_NO_OWNER >>"$work/expect.log" 2>&1
 
 # 4. Reachability probes.
 reached=""
