@@ -207,12 +207,7 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			r.Status, r.FailureCode, r.FailureMessage = RefundPending, "", ""
 			redrive = fromCode == FailureNotProcessed
 		case r.final():
-			// Answered from the ledger.
-			if claim.LegacyHash != "" && r.RequestHash == claim.LegacyHash && r.RequestHash != claim.RequestHash {
-				r.RequestHash = claim.RequestHash
-				return s.store.adoptHash(ctx, tx, "refunds", merchantID, r.ID, claim.LegacyHash, claim.RequestHash)
-			}
-			return nil
+			return nil // answered from the ledger
 		default:
 			redrive = true // taken over: re-sent with the same reference
 		}

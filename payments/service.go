@@ -371,7 +371,7 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 			p = existing
 			if claim.LegacyHash != "" && p.RequestHash == claim.LegacyHash && p.RequestHash != claim.RequestHash {
 				p.RequestHash = claim.RequestHash
-				return s.store.adoptHash(ctx, tx, "payments", merchantID, p.ID, claim.LegacyHash, claim.RequestHash)
+				return s.store.adoptHash(ctx, tx, merchantID, p.ID, claim.LegacyHash, claim.RequestHash)
 			}
 			return nil
 		default:

@@ -190,15 +190,15 @@ func SetCreated(p *Payment, created any) error {
 	return nil
 }
 
-// adoptHash moves a final payment or refund (table) made before
-// fingerprints were canonical, whose request_hash is from (the raw body's
-// hash), to to: the canonical fingerprint of the byte-identical retry
-// answered from it, in that retry's claim transaction. Its key, claimed
-// under to, and its row then agree, so a sweeper that completes the key
-// after the retry died does not take it for another request's
-// (anotherRequests) and release it.
-func (s *Store) adoptHash(ctx context.Context, tx *gorm.DB, table, merchantID, id, from, to string) error {
-	return interpret("adopt fingerprint", s.exec(ctx, tx).Table(table).
+// adoptHash moves a final payment made before fingerprints were
+// canonical, whose request_hash is from (the raw body's hash), to to: the
+// canonical fingerprint of the byte-identical retry answered from it, in
+// that retry's claim transaction. Its key, claimed under to, and its row
+// then agree, so a sweeper that completes the key after the retry died
+// does not take it for another request's (anotherRequests) and release
+// it. (Refunds came after canonical fingerprints: none holds a raw one.)
+func (s *Store) adoptHash(ctx context.Context, tx *gorm.DB, merchantID, id, from, to string) error {
+	return interpret("adopt fingerprint", s.exec(ctx, tx).Table("payments").
 		Where("merchant_id = ? AND id = ? AND request_hash = ?", merchantID, id, from).
 		Update("request_hash", to).Error)
 }
