@@ -126,7 +126,10 @@ func (s *Store) lockOwned(tx *gorm.DB, c Claim) error {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var keys []string
-	if err := q.Find(&keys).Error; err != nil {
+	if err := q.Find(&keys).Error; lockTimedOut(err) {
+		// Another transaction holds the key (a settler's takeover): busy.
+		return fmt.Errorf("idempotency: lock claim: %w (%w)", ErrLostClaim, ErrBusy)
+	} else if err != nil {
 		return fmt.Errorf("idempotency: lock claim: %w", err)
 	}
 	if len(keys) != 1 {
@@ -138,10 +141,11 @@ func (s *Store) lockOwned(tx *gorm.DB, c Claim) error {
 // Persist makes the claim durable, running fn (which may be nil) in the
 // same commit: for a held claim, the claim's INSERT and fn share one
 // transaction; for a durable claim (a takeover, or one already persisted),
-// fn runs in a new transaction. If fn fails, its writes roll back — and so
-// does a held claim, which is then released (nothing was ever visible, so
-// nothing can have happened because of it). ErrLostClaim when a held
-// claim's INSERT lost the key to another request (nothing written).
+// fn runs in a new transaction, once the claim is found still to own the
+// key. If fn fails, its writes roll back — and so does a held claim, which
+// is then released (nothing was ever visible, so nothing can have happened
+// because of it). ErrLostClaim when a held claim's INSERT lost the key to
+// another request, or a durable claim no longer owns it (nothing written).
 func (s *Store) Persist(ctx context.Context, c Claim, fn func(tx *gorm.DB) error) error {
 	p := c.held.take()
 	if p == nil {

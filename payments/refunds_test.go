@@ -930,6 +930,28 @@ func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 	}
 }
 
+// A scheduled recheck whose lookup found nothing does not end a recheck a
+// provider's event moved further ahead meanwhile (it found the refund
+// landed, held back by refunds in flight): the event is the newer news.
+func TestRefundRecheckDoesNotEndAnEventsReschedule(t *testing.T) {
+	t.Parallel()
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	g, m := l.g, l.m
+	db := g.App.DB()
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+	due, err := g.App.Payments.DueRefundRechecks(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	// Between the recheck's lookup and its end, the event's reschedule.
+	require.NoError(t, db.Exec(`UPDATE refund_rechecks SET recheck_at = recheck_at + interval '1 hour' WHERE refund_id = ?`, l.refundID).Error)
+	st, err := g.App.Payments.RecheckRefund(context.Background(), due[0])
+	require.NoError(t, err)
+	require.Equal(t, payments.Confirmed, st, "not landed, as the lookup saw it")
+	var n int64
+	require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&n).Error)
+	require.EqualValues(t, 1, n, "the event's recheck stands")
+}
+
 // Refunds in flight too small to make room for a refund that landed after
 // its release, even were they all to fail, do not hold it back: the
 // discrepancy is reported at once.

@@ -241,13 +241,17 @@ ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck
 // database's time), or ends it (after <= 0) — only while the refund is
 // still at attempts, the attempt the recheck looked at: a refund sent
 // again and released again since has its own recheck, scheduled by that
-// release, which this one must not end or move.
-func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, attempts int, after time.Duration) error {
+// release, which this one must not end or move. Nor does it end a recheck
+// moved further ahead than taken (the lease DueRefundRechecks moved it by)
+// meanwhile: a provider's event found the refund landed and held back by
+// refunds in flight (recheckReleasedRefundAgain), which is newer news than
+// this recheck's lookup.
+func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, attempts int, after, taken time.Duration) error {
 	db := s.exec(ctx, nil)
 	same := ` AND NOT EXISTS (SELECT 1 FROM refunds WHERE refunds.merchant_id = ? AND refunds.id = ? AND refunds.attempts <> ?)`
 	if after <= 0 {
-		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`+same,
-			merchantID, refundID, merchantID, refundID, attempts).Error)
+		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ? AND recheck_at <= ?`+same,
+			merchantID, refundID, dbclock.Plus(db, taken), merchantID, refundID, attempts).Error)
 	}
 	return interpret("reschedule refund recheck", db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id = ?`+same,
 		dbclock.Plus(db, after), merchantID, refundID, merchantID, refundID, attempts).Error)
