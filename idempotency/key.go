@@ -105,14 +105,15 @@ func Fingerprint(method, route string, body []byte) string {
 
 // SameRequest reports whether stored, a key's request hash, fingerprints
 // the request whose Fingerprint is hash. Keys stored before fingerprints
-// were canonical hold the hash of the raw body (legacyFingerprint): a
+// were canonical hold the hash of the raw body (LegacyFingerprint): a
 // byte-identical retry of such a key is still the same request.
 func SameRequest(stored, hash, method, route string, body []byte) bool {
-	return stored == hash || stored == legacyFingerprint(method, route, body)
+	return stored == hash || stored == LegacyFingerprint(method, route, body)
 }
 
-// legacyFingerprint is Fingerprint as it was before canonical bodies.
-func legacyFingerprint(method, route string, body []byte) string {
+// LegacyFingerprint is Fingerprint as it was before canonical bodies: the
+// hash of the raw body, which keys and payments of those versions hold.
+func LegacyFingerprint(method, route string, body []byte) string {
 	return digest("", method, route, body)
 }
 

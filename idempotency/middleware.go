@@ -264,7 +264,7 @@ func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
 	if rec != nil {
 		return g.known(c, next, r, rec)
 	}
-	claim.LegacyHash = legacyFingerprint(c.Method(), r.route, c.Body())
+	claim.LegacyHash = LegacyFingerprint(c.Method(), r.route, c.Body())
 	if next == nil || !claim.Held() {
 		g.observe(OutcomeClaimed)
 		return g.run(c, next, claim, r.log, false)
@@ -366,7 +366,7 @@ func (g *guard) known(c *fiber.Ctx, next fiber.Handler, r request, rec *Record) 
 		return inUse(c)
 	}
 	claim.RequestHash = r.hash
-	claim.LegacyHash = legacyFingerprint(c.Method(), r.route, c.Body())
+	claim.LegacyHash = LegacyFingerprint(c.Method(), r.route, c.Body())
 	g.observe(OutcomeTakenOver)
 	r.log.get().InfoContext(ctx, "idempotency: took over a key whose lease lapsed")
 	return g.run(c, next, claim, r.log, false)

@@ -2,10 +2,7 @@ package payments_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -1251,7 +1248,7 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 	id := first.JSON(t)["id"].(string)
 
 	// As an older version left it: the raw body's hash, the key purged.
-	legacy := legacyFingerprint("POST", "/v1/payments", payBytes)
+	legacy := idempotency.LegacyFingerprint("POST", "/v1/payments", payBytes)
 	canonical := idempotency.Fingerprint("POST", "/v1/payments", payBytes)
 	require.NoError(t, db.Exec(`UPDATE payments SET request_hash = ? WHERE id = ?`, legacy, id).Error)
 	require.NoError(t, db.Exec(`DELETE FROM idempotency_keys WHERE merchant_id = ? AND key = ?`, m.ID, "k").Error)
@@ -1274,18 +1271,4 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.StatusCode, "the same JSON in other bytes: %s", again.Body)
 	require.Equal(t, id, again.JSON(t)["id"])
 	require.Equal(t, 1, charges(t, g, m.ID, "k"), "charged once")
-}
-
-// legacyFingerprint is the request hash versions before canonical
-// fingerprints stored (a frozen format): SHA-256 over the length-prefixed
-// method, route and raw body.
-func legacyFingerprint(method, route string, body []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, part := range [][]byte{[]byte(method), []byte(route), body} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
