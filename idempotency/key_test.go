@@ -109,3 +109,13 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	})
 }
+
+// LegacyFingerprint is a frozen format: keys and payments written before
+// canonical fingerprints hold it, and only the same value matches them.
+// The expected hash is SHA-256 over the length-prefixed (8 bytes, big
+// endian) method, route and raw body, computed outside this code.
+func TestLegacyFingerprintIsFrozen(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "e712c83047d6e346a0f7eb3d57c233f3e93c550fe8a4eaf40f0a8a411f824419",
+		idempotency.LegacyFingerprint("POST", "/v1/payments", []byte(`{"amount":5000,"currency":"NGN"}`)))
+}

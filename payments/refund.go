@@ -55,6 +55,10 @@ type Refund struct {
 	// AgeSeconds is the refund's age by the database's clock, where a read
 	// fills it in (RefundByKey).
 	AgeSeconds float64 `gorm:"column:age_seconds;->"`
+	// recheckTaken is the refund's recheck_at as DueRefundRechecks moved
+	// it (the database's own text of it), so the recheck ends its row only
+	// if nothing moved it again since.
+	recheckTaken string
 }
 
 // TableName is the table the migrations create.

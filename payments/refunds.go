@@ -726,7 +726,7 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	if err != nil && s.now().Sub(r.UpdatedAt) < s.cfg.ReviewAfter {
-		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, s.cfg.StaleAfter, s.cfg.Lease))
+		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, s.cfg.StaleAfter, r.recheckTaken))
 	}
 	if err != nil {
 		// The provider could not be asked for a whole REVIEW_AFTER since
@@ -736,7 +736,7 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider, "err", err)
 		st = Pending
 	}
-	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, 0, s.cfg.Lease))
+	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, 0, r.recheckTaken))
 }
 
 // recheckRefund looks a refund released as not_processed up once more. One

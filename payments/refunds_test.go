@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
@@ -932,21 +933,42 @@ func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 // landed, held back by refunds in flight): the event is the newer news.
 func TestRefundRecheckDoesNotEndAnEventsReschedule(t *testing.T) {
 	t.Parallel()
-	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
-	g, m := l.g, l.m
-	db := g.App.DB()
-	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
-	due, err := g.App.Payments.DueRefundRechecks(context.Background(), 10)
-	require.NoError(t, err)
-	require.Len(t, due, 1)
-	// Between the recheck's lookup and its end, the event's reschedule.
-	require.NoError(t, db.Exec(`UPDATE refund_rechecks SET recheck_at = recheck_at + interval '1 hour' WHERE refund_id = ?`, l.refundID).Error)
-	st, err := g.App.Payments.RecheckRefund(context.Background(), due[0])
-	require.NoError(t, err)
-	require.Equal(t, payments.Confirmed, st, "not landed, as the lookup saw it")
-	var n int64
-	require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&n).Error)
-	require.EqualValues(t, 1, n, "the event's recheck stands")
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := refundLandingLate(t, map[string]any{"amount": 1500}, false, opts...)
+			g, m := l.g, l.m
+			db := g.App.DB()
+			count := func() (n int64) {
+				require.NoError(t, db.Table("refund_rechecks").Where("merchant_id = ? AND refund_id = ?", m.ID, l.refundID).Count(&n).Error)
+				return n
+			}
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			due, err := g.App.Payments.DueRefundRechecks(context.Background(), 10)
+			require.NoError(t, err)
+			require.Len(t, due, 1)
+			// Between the recheck's lookup and its end, the event's
+			// reschedule, as recheckReleasedRefundAgain writes it
+			// (SWEEP_STALE_AFTER ahead: here equal to the lease).
+			time.Sleep(2 * time.Millisecond) // SQLite's clock moves in milliseconds
+			require.NoError(t, db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE refund_id = ?`,
+				dbclock.Plus(db, 5*time.Second), l.refundID).Error)
+			st, err := g.App.Payments.RecheckRefund(context.Background(), due[0])
+			require.NoError(t, err)
+			require.Equal(t, payments.Confirmed, st, "not landed, as the lookup saw it")
+			require.EqualValues(t, 1, count(), "the event's recheck stands")
+
+			// Taken again and found nothing again, unmoved: ended.
+			dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+			due, err = g.App.Payments.DueRefundRechecks(context.Background(), 10)
+			require.NoError(t, err)
+			require.Len(t, due, 1)
+			st, err = g.App.Payments.RecheckRefund(context.Background(), due[0])
+			require.NoError(t, err)
+			require.Equal(t, payments.Confirmed, st)
+			require.Zero(t, count(), "looked at, and done with")
+		})
+	}
 }
 
 // Refunds in flight too small to make room for a refund that landed after

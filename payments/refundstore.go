@@ -242,16 +242,21 @@ ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck
 // still at attempts, the attempt the recheck looked at: a refund sent
 // again and released again since has its own recheck, scheduled by that
 // release, which this one must not end or move. Nor does it end a recheck
-// moved further ahead than taken (the lease DueRefundRechecks moved it by)
-// meanwhile: a provider's event found the refund landed and held back by
-// refunds in flight (recheckReleasedRefundAgain), which is newer news than
-// this recheck's lookup.
-func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, attempts int, after, taken time.Duration) error {
+// moved since DueRefundRechecks took it (taken: its recheck_at then, as
+// the database wrote it; empty for a refund not taken that way): a
+// provider's event found the refund landed and held back by refunds in
+// flight (recheckReleasedRefundAgain), which is newer news than this
+// recheck's lookup.
+func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID string, attempts int, after time.Duration, taken string) error {
 	db := s.exec(ctx, nil)
 	same := ` AND NOT EXISTS (SELECT 1 FROM refunds WHERE refunds.merchant_id = ? AND refunds.id = ? AND refunds.attempts <> ?)`
 	if after <= 0 {
-		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ? AND recheck_at <= ?`+same,
-			merchantID, refundID, dbclock.Plus(db, taken), merchantID, refundID, attempts).Error)
+		unmoved, vars := "", []any{merchantID, refundID}
+		if taken != "" {
+			unmoved, vars = ` AND CAST(recheck_at AS TEXT) = ?`, append(vars, taken)
+		}
+		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`+unmoved+same,
+			append(vars, merchantID, refundID, attempts)...).Error)
 	}
 	return interpret("reschedule refund recheck", db.Exec(`UPDATE refund_rechecks SET recheck_at = ? WHERE merchant_id = ? AND refund_id = ?`+same,
 		dbclock.Plus(db, after), merchantID, refundID, merchantID, refundID, attempts).Error)
@@ -298,7 +303,22 @@ ORDER BY recheck_at, refund_id LIMIT ?`+lock, m, dbclock.Now(tx), limit-len(out)
 				dbclock.Plus(tx, lease), m, ids).Error; err != nil {
 				return err
 			}
-			return tx.Where("merchant_id = ? AND id IN ?", m, ids).Order("created_at, id").Find(&due).Error
+			var taken []struct{ RefundID, At string }
+			if err := tx.Raw(`SELECT refund_id, CAST(recheck_at AS TEXT) AS at FROM refund_rechecks WHERE merchant_id = ? AND refund_id IN ?`,
+				m, ids).Scan(&taken).Error; err != nil {
+				return err
+			}
+			if err := tx.Where("merchant_id = ? AND id IN ?", m, ids).Order("created_at, id").Find(&due).Error; err != nil {
+				return err
+			}
+			for i := range due {
+				for _, k := range taken {
+					if k.RefundID == due[i].ID {
+						due[i].recheckTaken = k.At
+					}
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			return out, interpret("due refund rechecks", err)
