@@ -182,6 +182,16 @@ func New(cfg Config) (*Scheduler, error) {
 		gocron.NewTask(s.job(JobSweep, s.sweeper.RunOnce)),
 		gocron.WithName(JobSweep),
 		gocron.WithSingletonMode(gocron.LimitModeReschedule))
+	if err == nil && cfg.ObserveBacklog != nil {
+		// The backlog gauges from the start, not only once the first sweep
+		// has run (one SWEEP_INTERVAL later): a read, nothing settled.
+		_, err = cron.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
+			gocron.NewTask(s.job(jobBacklog, func(ctx context.Context) (Counts, error) {
+				s.sweeper.measure(ctx)
+				return Counts{}, nil
+			})),
+			gocron.WithName(jobBacklog))
+	}
 	if err == nil {
 		_, err = cron.NewJob(gocron.CronJob(cfg.PurgeSchedule, false),
 			gocron.NewTask(s.job(JobPurge, s.purger.RunOnce)),
@@ -201,8 +211,11 @@ func (s *Scheduler) Sweeper() *Sweeper { return s.sweeper }
 // Purger is the purge job.
 func (s *Scheduler) Purger() *Purger { return s.purger }
 
+// jobBacklog measures the backlog once, at Start.
+const jobBacklog = "backlog"
+
 // Start schedules the jobs. The first sweep runs one SWEEP_INTERVAL after
-// Start.
+// Start; the backlog gauges are measured at once.
 func (s *Scheduler) Start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

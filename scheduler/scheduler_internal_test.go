@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -51,4 +52,27 @@ func TestNoRunAfterStop(t *testing.T) {
 	s.job(JobSweep, func(context.Context) (Counts, error) { ran = true; return Counts{}, nil })(context.Background())
 	require.False(t, ran, "no job body starts after Stop")
 	s.Start() // a no-op, not a panic
+}
+
+// The backlog gauges are measured at Start, not one SWEEP_INTERVAL later
+// by the first sweep.
+func TestBacklogMeasuredAtStart(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLite(t)
+	keys := idempotency.NewStore(db)
+	_, _, err := keys.Claim(context.Background(), idempotency.ClaimParams{MerchantID: "m1", Key: "k", RequestHash: "h", Lease: time.Minute})
+	require.NoError(t, err)
+	got := make(chan Backlog, 1)
+	s, err := New(Config{DB: db, Keys: keys, Settler: noSettler{}, SweepInterval: time.Hour,
+		ObserveBacklog: func(b Backlog) { got <- b },
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	s.Start()
+	defer func() { require.NoError(t, s.Stop()) }()
+	select {
+	case b := <-got:
+		require.EqualValues(t, 1, b.Open, "the key in progress")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no backlog measured at start")
+	}
 }
