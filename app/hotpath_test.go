@@ -58,8 +58,10 @@ var fanOut = []struct {
 // and the index each used.
 func TestHotPathFiltersOnMerchant(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t, apptest.Env("REVIEW_AFTER", "2h"), apptest.Env("RECHECK_AFTER", "1h"))
-	db := g.App.DB()
+	// Built, not started: the callbacks below go on before the app runs
+	// (its jobs read the database at start).
+	a, logs, _ := apptest.Build(t, apptest.Env("REVIEW_AFTER", "2h"), apptest.Env("RECHECK_AFTER", "1h"))
+	db := a.DB()
 
 	type stmt struct {
 		sql  string
@@ -85,6 +87,7 @@ func TestHotPathFiltersOnMerchant(t *testing.T) {
 	require.NoError(t, cb.Delete().After("gorm:delete").Register("test:hotpath", capture))
 	require.NoError(t, cb.Row().After("gorm:row").Register("test:hotpath", capture))
 	require.NoError(t, cb.Raw().After("gorm:raw").Register("test:hotpath", capture))
+	g, _ := apptest.Serve(t, a, logs)
 	// quietly runs the test's own statements (making time pass) uncaptured.
 	quietly := func(f func()) { on.Store(false); defer on.Store(true); f() }
 	age := func(d time.Duration) {

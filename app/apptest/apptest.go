@@ -73,6 +73,18 @@ const postgresPlaceholder = "postgres://apptest"
 // Start runs a gateway for the test and stops it when the test ends.
 func Start(t testing.TB, opts ...Option) *Gateway {
 	t.Helper()
+	a, logs, dbURL := Build(t, opts...)
+	g, _ := Serve(t, a, logs)
+	g.DBURL = dbURL
+	return g
+}
+
+// Build is Start without serving: the app (its jobs not started), its log
+// and its database's URL, for a test that must change the app before it
+// runs — a GORM callback registered on a running app's database races its
+// background reads — and then Serve it.
+func Build(t testing.TB, opts ...Option) (a *app.App, logs *SyncBuffer, dbURL string) {
+	t.Helper()
 	dir := t.TempDir()
 	env := BaseEnv(postgresPlaceholder, dir)
 	for _, o := range opts {
@@ -85,15 +97,13 @@ func Start(t testing.TB, opts ...Option) *Gateway {
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
 	}
-	logs := &SyncBuffer{}
+	logs = &SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	a, err := app.New(cfg, log)
+	a, err = app.New(cfg, log)
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
 	}
-	g, _ := Serve(t, a, logs)
-	g.DBURL = env["DATABASE_URL"]
-	return g
+	return a, logs, env["DATABASE_URL"]
 }
 
 // Serve runs a built app on a free local port for the test: the Gateway
