@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/idempotency"
@@ -155,7 +156,7 @@ func (h *Handler) webhook(c *fiber.Ctx) error {
 			header.Add(k, v)
 		}
 	}
-	res, err := h.svc.HandleWebhook(c.UserContext(), c.Params("provider"), c.Params("tenant_id"), header, c.Body())
+	res, err := h.svc.HandleWebhook(c.UserContext(), utils.CopyString(c.Params("provider")), utils.CopyString(c.Params("tenant_id")), header, c.Body())
 	if err != nil {
 		return err
 	}

@@ -818,7 +818,11 @@ func (c *ttlCache[V]) put(tenantID, name string, v V, epoch uint64) {
 	if len(c.m) >= maxCacheEntries {
 		clear(c.m)
 	}
-	c.m[[2]string{tenantID, name}] = cacheEntry[V]{v: v, expires: c.now().Add(c.ttl)}
+	// The key outlives the request: it must own its bytes. Fiber's route
+	// parameters are zero-copy views of a buffer the next request on the
+	// connection writes over, so a key made of them would come to name
+	// another tenant — and hand that tenant this one's provider account.
+	c.m[[2]string{strings.Clone(tenantID), strings.Clone(name)}] = cacheEntry[V]{v: v, expires: c.now().Add(c.ttl)}
 }
 
 func (c *ttlCache[V]) forget(tenantID string) {

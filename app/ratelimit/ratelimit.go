@@ -15,6 +15,7 @@ package ratelimit
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,7 +146,7 @@ func (l *Limiter) bucket(key string, now time.Time) *bucket {
 		delete(l.buckets, k)
 	}
 	b := &bucket{lim: rate.NewLimiter(l.limit, l.burst)}
-	l.buckets[key] = b
+	l.buckets[strings.Clone(key)] = b // kept past the request: never a view of Fiber's buffers
 	return b
 }
 
