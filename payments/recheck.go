@@ -103,7 +103,7 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 	start := time.Now()
 	res, err := prov.Lookup(ctx, p.ProviderReference)
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
-	return res, err
+	return s.ours(ctx, p, res, err)
 }
 
 // reopen records the provider's final outcome for a payment released as

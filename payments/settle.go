@@ -151,6 +151,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	start := time.Now()
 	res, err := prov.Lookup(ctx, p.ProviderReference)
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
+	res, err = s.ours(ctx, &p, res, err)
 	// Recording what the provider said gets its own time: a lookup that
 	// used up the caller's budget must still end the claim properly.
 	ctx, cancel := s.recordContext(ctx)
@@ -187,6 +188,25 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	default:
 		return s.stillUnknown(ctx, claim, &p, nil)
 	}
+}
+
+// ours passes a lookup's final answer on only when the charge it found is
+// p's own: the amount and currency p asked for. Anything else under p's
+// reference is another charge (one made with the merchant's public key at
+// a checkout, a reference reused by another system): it must neither
+// settle p as succeeded nor fail it, so it becomes an unknown outcome
+// wrapping ErrReferenceConflict — p stays processing, and after
+// REVIEW_AFTER a person reviews it, as for the same conflict found by a
+// Charge. An ERROR: it is never bad input, and someone should look now.
+func (s *Service) ours(ctx context.Context, p *Payment, res providers.Result, err error) (providers.Result, error) {
+	if err != nil || !res.Outcome.Final() || // pending: nothing settled by it (Stripe's not-yet-found carries no amount)
+		(res.Amount == p.Amount && strings.EqualFold(res.Currency, p.Currency)) {
+		return res, err
+	}
+	s.cfg.Log.ErrorContext(ctx, "the provider's charge under this payment's reference is for another amount or currency; not settled by it",
+		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "amount", p.Amount, "currency", p.Currency,
+		"provider_amount", res.Amount, "provider_currency", res.Currency, "provider_outcome", string(res.Outcome))
+	return providers.Result{}, fmt.Errorf("payments: lookup of %s: %w: %w", p.ID, providers.ErrUnknown, providers.ErrReferenceConflict)
 }
 
 // stillUnknown leaves the key in progress for the next run, and after

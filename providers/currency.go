@@ -86,3 +86,39 @@ func FormatMajor(amount int64, currency string) (string, error) {
 	cut := len(digits) - exp
 	return digits[:cut] + "." + digits[cut:], nil
 }
+
+// ParseMajor reads a major-unit decimal as a provider reports it ("50",
+// "50.5", "50.00" NGN) back into minor units (5000, 5050, 5000), exactly:
+// the inverse of FormatMajor, and more lenient only in the number of
+// trailing decimal zeros. Anything else — a sign, an exponent, a fraction
+// of a minor unit, an amount that does not fit int64 or is not positive —
+// is an error wrapping ErrAmount (ErrCurrency for an unknown code), never
+// a rounded amount.
+func ParseMajor(major, currency string) (int64, error) {
+	exp, ok := Exponent(currency)
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrCurrency, currency)
+	}
+	whole, frac, dot := strings.Cut(major, ".")
+	if dot && !allDigits(frac) { // JSON's grammar: a point has digits after it
+		return 0, fmt.Errorf("%w: %q is not a decimal", ErrAmount, major)
+	}
+	frac = strings.TrimRight(frac, "0")
+	if !allDigits(whole) || len(frac) > exp {
+		return 0, fmt.Errorf("%w: %q is not a whole number of %s minor units", ErrAmount, major, currency)
+	}
+	n, err := strconv.ParseInt(whole+frac+strings.Repeat("0", exp-len(frac)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: %q", ErrAmount, major)
+	}
+	return n, nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}

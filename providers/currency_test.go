@@ -88,3 +88,54 @@ func FuzzFormatMajor(f *testing.F) {
 		}
 	})
 }
+
+func TestParseMajor(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		major, currency string
+		want            int64
+	}{
+		{"50", "NGN", 5000}, {"50.5", "NGN", 5050}, {"50.00", "NGN", 5000}, {"0.05", "NGN", 5},
+		{"50.0000", "NGN", 5000}, {"500", "JPY", 500}, {"500.0", "JPY", 500}, {"1.234", "KWD", 1234},
+		{"92233720368547758.07", "USD", 9223372036854775807},
+	} {
+		got, err := ParseMajor(tt.major, tt.currency)
+		require.NoError(t, err, tt.major)
+		require.Equal(t, tt.want, got, tt.major)
+	}
+	for _, tt := range []struct{ major, currency string }{
+		{"50.005", "NGN"}, {"0.5", "JPY"}, {"-50", "NGN"}, {"+50", "NGN"}, {"5e3", "NGN"}, {"", "NGN"},
+		{".5", "NGN"}, {"50.", "JPY"}, {"0", "NGN"}, {"0.00", "NGN"}, {"92233720368547758.08", "USD"},
+		{"1/2", "NGN"}, {"50", "XXX"}, {"50", "ngn"}, {" 50", "NGN"}, {"5 0", "NGN"}, {"50.0x", "NGN"},
+	} {
+		_, err := ParseMajor(tt.major, tt.currency)
+		require.Error(t, err, "%q %s", tt.major, tt.currency)
+	}
+}
+
+// FuzzParseMajor reads whatever a provider might send: it never panics,
+// never accepts what FormatMajor's exact reading (math/big) would not give
+// as a positive whole number of minor units, and reads FormatMajor's own
+// output back to the amount.
+func FuzzParseMajor(f *testing.F) {
+	for _, s := range []string{"50", "50.50", "0.05", "1e3", "-1", "50.005", "9999999999999999999"} {
+		f.Add(s, "NGN")
+		f.Add(s, "JPY")
+	}
+	f.Fuzz(func(t *testing.T, major, currency string) {
+		got, err := ParseMajor(major, currency)
+		if err != nil {
+			return
+		}
+		require.Positive(t, got)
+		back, err := FormatMajor(got, currency)
+		require.NoError(t, err)
+		a, ok1 := new(big.Rat).SetString(major)
+		b, ok2 := new(big.Rat).SetString(back)
+		require.True(t, ok1 && ok2, "%q", major)
+		require.Zero(t, a.Cmp(b), "%q read as %d", major, got)
+		again, err := ParseMajor(back, currency)
+		require.NoError(t, err)
+		require.Equal(t, got, again)
+	})
+}

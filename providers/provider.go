@@ -58,6 +58,14 @@ type Result struct {
 	// a merchant (never a raw provider payload).
 	FailureCode    string
 	FailureMessage string
+	// Amount (minor units) and Currency (ISO 4217, upper case) are the
+	// charge as the provider reports it, wherever its answer carries them;
+	// zero and empty where it did not. A reference can hold a charge that
+	// is not ours (made with the merchant's public key at a checkout, say:
+	// shared/providers.md 1.4, 2.3), so the gateway settles a payment by a
+	// lookup only when they are the payment's own.
+	Amount   int64
+	Currency string
 }
 
 // RefundRequest is one refund, in our terms. Reference is our refund

@@ -47,7 +47,12 @@ func (f *fakeProvider) Lookup(ctx context.Context, ref string) (providers.Result
 	f.mu.Lock()
 	f.lookups[ref]++
 	f.mu.Unlock()
-	return f.lookup(ctx, ref)
+	res, err := f.lookup(ctx, ref)
+	if res.Outcome.Final() && res.Currency == "" {
+		// The charge as a provider reports it: seed's, 5000 NGN.
+		res.Amount, res.Currency = 5000, "NGN"
+	}
+	return res, err
 }
 
 func (f *fakeProvider) Refund(context.Context, providers.RefundRequest) (providers.RefundResult, error) {

@@ -224,14 +224,20 @@ func decodeTx(data json.RawMessage) (transaction, error) {
 // pending, so the sweeper keeps asking rather than us guessing.
 func result(tx transaction) providers.Result {
 	id := tx.ID.String()
+	var r providers.Result
 	switch strings.ToLower(tx.Status) {
 	case "successful":
-		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
+		r = providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
 	case "failed":
-		return wire.Declined(id, wire.DeclineCode(tx.ProcessorResponse))
+		r = wire.Declined(id, wire.DeclineCode(tx.ProcessorResponse))
 	default:
-		return providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
+		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
 	}
+	// Major units on the wire; one that is not a whole number of the
+	// currency's minor units stays 0, which no payment has.
+	r.Currency = strings.ToUpper(tx.Currency)
+	r.Amount, _ = providers.ParseMajor(tx.Amount.String(), r.Currency)
+	return r
 }
 
 // VerifyWebhook authenticates a delivery with the tenant's secret hash.

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -215,14 +216,20 @@ func isDuplicate(msg string) bool { return strings.Contains(strings.ToLower(msg)
 // reviews it after REVIEW_AFTER rather than us guessing.
 func result(tx transaction) providers.Result {
 	id := tx.ID.String()
+	var r providers.Result
 	switch strings.ToLower(tx.Status) {
 	case "success":
-		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
+		r = providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
 	case "failed", "reversed":
-		return wire.Declined(id, wire.DeclineCode(tx.GatewayResponse))
+		r = wire.Declined(id, wire.DeclineCode(tx.GatewayResponse))
 	default: // pending, ongoing, processing, queued, send_*, open_url, pay_offline, abandoned
-		return providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
+		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
 	}
+	// Kobo (minor units) already; an amount that is not an integer stays
+	// 0, which no payment has.
+	r.Amount, _ = strconv.ParseInt(tx.Amount.String(), 10, 64)
+	r.Currency = strings.ToUpper(tx.Currency)
+	return r
 }
 
 // VerifyWebhook checks x-paystack-signature, the hex HMAC-SHA512 of the raw

@@ -131,6 +131,7 @@ func Run(t *testing.T, h Harness) {
 		got, err := p.Lookup(ctx, r.Reference)
 		require.NoError(t, err)
 		require.Equal(t, providers.OutcomeSucceeded, got.Outcome)
+		requireSameCharge(t, r, got)
 	})
 
 	t.Run("DeclineIsAResultNotAnError", func(t *testing.T) {
@@ -143,6 +144,7 @@ func Run(t *testing.T, h Harness) {
 		got, err := p.Lookup(ctx, r.Reference)
 		require.NoError(t, err)
 		require.Equal(t, providers.OutcomeFailed, got.Outcome)
+		requireSameCharge(t, r, got)
 	})
 
 	t.Run("PendingIsNotFinal", func(t *testing.T) {
@@ -317,6 +319,15 @@ func Run(t *testing.T, h Harness) {
 	if h.NewWith != nil && h.URL != "" && h.SecretKey != "" && h.FailNext != nil && h.HangNextResponse != nil {
 		runErrors(t, h, req)
 	}
+}
+
+// requireSameCharge: a lookup reports the charge's amount (minor units)
+// and currency (upper case) as they were asked for, which the gateway
+// compares with the payment's before it settles the payment by it.
+func requireSameCharge(t *testing.T, r providers.ChargeRequest, got providers.Result) {
+	t.Helper()
+	require.Equal(t, r.Amount, got.Amount, "the lookup's amount, in minor units")
+	require.Equal(t, r.Currency, got.Currency, "the lookup's currency")
 }
 
 // runErrors checks the error classes of Charge and Lookup against the

@@ -198,7 +198,7 @@ func (s *Simulator) Lookup(ctx context.Context, reference string) (providers.Res
 }
 
 func (s *Simulator) result(c charge) providers.Result {
-	r := providers.Result{TransactionID: c.TransactionID}
+	r := providers.Result{TransactionID: c.TransactionID, Amount: c.Amount, Currency: c.Currency}
 	switch c.Status {
 	case "succeeded", "late": // a late charge, once it has landed
 		r.Outcome = providers.OutcomeSucceeded

@@ -98,6 +98,8 @@ type paymentIntent struct {
 	ID               string            `json:"id"`
 	Object           string            `json:"object"`
 	Status           string            `json:"status"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
 	Metadata         map[string]string `json:"metadata"`
 	LastPaymentError *stripeError      `json:"last_payment_error"`
 }
@@ -310,16 +312,20 @@ func statusError(op string, status int, e *stripeError) error {
 // result maps a PaymentIntent status (shared/providers.md 3.5). Charge
 // always confirms, so requires_payment_method means the confirm failed.
 func result(pi paymentIntent) providers.Result {
+	var r providers.Result
 	switch pi.Status {
 	case "succeeded":
-		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: pi.ID}
+		r = providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: pi.ID}
 	case "requires_payment_method":
-		return wire.Declined(pi.ID, failureCode(pi.LastPaymentError))
+		r = wire.Declined(pi.ID, failureCode(pi.LastPaymentError))
 	case "canceled":
-		return wire.Declined(pi.ID, "payment_canceled")
+		r = wire.Declined(pi.ID, "payment_canceled")
 	default: // processing, requires_action, requires_confirmation, requires_capture, unknown
-		return providers.Result{Outcome: providers.OutcomePending, TransactionID: pi.ID}
+		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: pi.ID}
 	}
+	// Stripe's amounts are minor units; its currencies lower case.
+	r.Amount, r.Currency = pi.Amount, strings.ToUpper(pi.Currency)
+	return r
 }
 
 // VerifyWebhook checks Stripe-Signature with the webhook secret and the

@@ -1,0 +1,90 @@
+package payments_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/paystack"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
+)
+
+// A charge of another amount under a payment's reference — made before
+// the payment with the merchant's public key at a checkout, say — is not
+// the payment's: Charge finds it and answers 202 (ErrReferenceConflict),
+// and no later settler may take it for the payment's own either. Neither
+// the provider's webhook, nor the app's GET, nor the sweeper records the
+// payment succeeded; it stays processing, and past REVIEW_AFTER a person
+// reviews it.
+func TestAnotherChargeUnderTheReferenceSettlesNothing(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ref := providers.Reference(m.ID, "taken")
+	adapter, err := paystack.New(paystack.Config{BaseURL: ps.URL})(providers.Secrets{"secret_key": paystacktest.SecretKey})
+	require.NoError(t, err)
+	_, err = adapter.Charge(context.Background(), providers.ChargeRequest{Reference: ref, Amount: 100, Currency: "NGN",
+		Email: "ada@example.com", PaymentMethod: paystacktest.TokenSuccess})
+	require.NoError(t, err)
+
+	first := g.Pay(m, "taken", body(paystacktest.TokenSuccess)) // 5000 NGN
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	id := first.JSON(t)["id"].(string)
+
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "taken").Status, "by the webhook")
+	require.Equal(t, "processing", g.Get(m, "/v1/payments/"+id).JSON(t)["status"], "by the app's GET")
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "taken").Status, "by the sweeper")
+	require.Contains(t, g.Logs.String(), "for another amount or currency", "someone is told")
+
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Review)
+	require.Equal(t, payments.StatusRequiresReview, ledgerByKey(t, g, m.ID, "taken").Status)
+	require.Equal(t, 1, ps.Charges(ref), "and nothing was charged again")
+}
+
+// The same for a payment released as never charged: a charge found under
+// its reference at the recheck is re-opened only when it is the payment's
+// own amount and currency. On both stores.
+func TestRecheckIgnoresAnotherChargeUnderTheReference(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t, opts...)
+			m := g.Onboard(nil)
+			for key, change := range map[string]string{"other-amount": "amount = amount - 1", "other-currency": "currency = 'GHS'"} {
+				require.Equal(t, http.StatusAccepted, g.Pay(m, key, body("sim_late")).StatusCode)
+				// What lands at the provider under the reference is not
+				// this payment's charge.
+				require.NoError(t, g.App.DB().Exec(`UPDATE simulator_charges SET `+change+` WHERE reference = ?`,
+					ledgerByKey(t, g, m.ID, key).ProviderReference).Error)
+			}
+			ageKeys(t, g, time.Hour)
+			require.Equal(t, 2, sweep(t, g).Released)
+			dbtest.Age(t, g.App.DB(), time.Hour, "simulator_charges", "settle_at")
+			dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+			c := sweep(t, g)
+			require.Zero(t, c.Reopened, "%+v", c)
+			for _, key := range []string{"other-amount", "other-currency"} {
+				p := ledgerByKey(t, g, m.ID, key)
+				require.Equal(t, payments.StatusFailed, p.Status, key)
+				require.Equal(t, payments.FailureNotProcessed, p.FailureCode, key)
+				require.NotNil(t, p.RecheckAt, "%s: looked at again later, not confirmed", key)
+			}
+			require.Equal(t, 2, strings.Count(g.Logs.String(), "for another amount or currency"))
+		})
+	}
+}
