@@ -1,6 +1,10 @@
 package paystack_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,4 +28,30 @@ func TestDuplicateThenFailedVerifyIsUnknown(t *testing.T) {
 		Error:      `{"status":false,"message":"try again later"}`,
 		Method:     "AUTH_x",
 	})
+}
+
+// The status Paystack answers a reused reference with on
+// charge_authorization is not documented: a "duplicate" on any 4xx is
+// looked up, never read as "not charged".
+func TestDuplicateOnAny4xxIsLookedUp(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if strings.HasSuffix(r.URL.Path, "/transaction/charge_authorization") {
+				w.WriteHeader(status)
+				_, _ = w.Write([]byte(`{"status":false,"message":"Duplicate charge request for reference"}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"status":true,"message":"Verification successful","data":{"id":4099260516,` +
+				`"status":"success","reference":"op-dup","amount":5000,"currency":"NGN","customer":{"email":"ada@example.com"}}}`))
+		}))
+		p, err := paystack.New(paystack.Config{BaseURL: srv.URL, Timeout: 2 * time.Second})(providers.Secrets{"secret_key": "sk_test_x"})
+		require.NoError(t, err)
+		res, err := p.Charge(context.Background(), providers.ChargeRequest{
+			Reference: "op-dup", Amount: 5000, Currency: "NGN", Email: "ada@example.com", PaymentMethod: "AUTH_x"})
+		srv.Close()
+		require.NoError(t, err, "HTTP %d", status)
+		require.Equal(t, providers.OutcomeSucceeded, res.Outcome, "HTTP %d", status)
+	}
 }

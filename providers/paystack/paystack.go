@@ -130,7 +130,10 @@ func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (pro
 			return providers.Result{}, err
 		}
 		return result(tx), nil
-	case resp.Status == http.StatusBadRequest && decodeErr == nil && isDuplicate(env.Message):
+	case resp.Status >= 400 && resp.Status < 500 && decodeErr == nil && isDuplicate(env.Message):
+		// 400 for initialize; the status for charge_authorization is not
+		// documented, and a duplicate read as any other 4xx would be "not
+		// charged" — a charge that exists released. So any 4xx saying so.
 		return p.lookupDuplicate(ctx, req)
 	default:
 		return providers.Result{}, wire.StatusError(Name, "charge", resp.Status, env.Message)
@@ -269,12 +272,21 @@ func VerifyWebhook(secretKey string, header http.Header, body []byte) (providers
 		return providers.Event{}, fmt.Errorf("%s: %w", Name, providers.ErrBadPayload)
 	}
 	out := providers.Event{Type: ev.Event}
-	if strings.HasPrefix(ev.Event, "charge.") {
+	switch {
+	case ev.Event == "charge.success":
 		if ev.Data.Reference == "" {
 			return providers.Event{}, fmt.Errorf("%s: %w: %s without reference", Name, providers.ErrBadPayload, ev.Event)
 		}
 		out.Reference = OurReference(ev.Data.Reference)
+	case strings.HasPrefix(ev.Event, "charge.") && ev.Data.Reference != "":
+		// Another event about a charge that names it (charge.failed, as
+		// some integrations see): looked up, like any.
+		out.Reference = OurReference(ev.Data.Reference)
 	}
+	// Other charge.* events — charge.dispute.create|remind|resolve carry a
+	// dispute, its transaction nested — are acknowledged and ignored: a
+	// dispute changes no payment here, and refusing it would have Paystack
+	// redeliver it for 72 hours.
 	if strings.HasPrefix(ev.Event, "refund.") {
 		ref := ev.Data.TransactionReference
 		var tx struct {

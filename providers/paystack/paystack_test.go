@@ -79,6 +79,21 @@ func TestVerifyWebhook(t *testing.T) {
 		{Name: "MissingHeader", Provider: p, Header: http.Header{}, Body: body, Err: providers.ErrBadSignature},
 		{Name: "SignedGarbageIsBadPayload", Provider: p, Header: signedGarbage, Body: garbage, Err: providers.ErrBadPayload},
 	})
+	t.Run("DisputesAreAcknowledged", func(t *testing.T) {
+		// A dispute names its charge only inside data.transaction.
+		for _, typ := range []string{"charge.dispute.create", "charge.dispute.remind", "charge.dispute.resolve"} {
+			b := []byte(`{"event":"` + typ + `","data":{"id":358950,"currency":"NGN","status":"awaiting-merchant-feedback",` +
+				`"transaction":{"id":4099260516,"reference":"op-abc"},"transaction_reference":null}}`)
+			h := http.Header{"X-Paystack-Signature": {hex.EncodeToString(paystack.Sign(paystacktest.SecretKey, b))}}
+			ev, err := p.VerifyWebhook(h, b)
+			require.NoError(t, err, typ)
+			require.Equal(t, providers.Event{Type: typ}, ev)
+		}
+		b := []byte(`{"event":"charge.success","data":{"id":1}}`)
+		h := http.Header{"X-Paystack-Signature": {hex.EncodeToString(paystack.Sign(paystacktest.SecretKey, b))}}
+		_, err := p.VerifyWebhook(h, b)
+		require.ErrorIs(t, err, providers.ErrBadPayload, "a charge.success names its charge")
+	})
 	t.Run("OtherEventHasNoReference", func(t *testing.T) {
 		b := []byte(`{"event":"transfer.success","data":{"reference":"trf_1"}}`)
 		h := http.Header{"X-Paystack-Signature": {hex.EncodeToString(paystack.Sign(paystacktest.SecretKey, b))}}
