@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -95,6 +96,14 @@ type Params struct {
 	// failure's code (a payment released as not_processed whose late
 	// charge then comes back declined fails again, with card_declined).
 	Code string
+	// After distinguishes a transition that can recur within one attempt
+	// with nothing else to tell the two apart — a payment released as
+	// never charged and back to processing, flagged for review again after
+	// that — by when the object entered the state it leaves (its
+	// updated_at before the transition). Reported twice, one transition
+	// reads the same state and is written once; made again later, it has
+	// left another state and is written again.
+	After time.Time
 	// Object is the object as GET returns it (its view), the event's data:
 	// a value to encode, or its encoding as Encoded.
 	Object any
@@ -122,6 +131,9 @@ func (p Params) dedupe() string {
 	d := fmt.Sprintf("%s:%s:%d", p.ObjectID, p.Type, p.Attempt)
 	if p.Code != "" {
 		d += ":" + p.Code
+	}
+	if !p.After.IsZero() {
+		d += "@" + strconv.FormatInt(p.After.UnixMicro(), 10)
 	}
 	return d
 }

@@ -88,3 +88,37 @@ func TestRecheckIgnoresAnotherChargeUnderTheReference(t *testing.T) {
 		})
 	}
 }
+
+// A payment released as never charged whose charge then shows up pending
+// goes back to processing: a transition of its own, in the same attempt as
+// the 202's processing event, and the merchant hears it — the newest event
+// is the ledger's state, not the release's failure. So is its review
+// later: once per stay in processing, however often it is reported.
+func TestReinstatedPaymentEmitsProcessingAgain(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "back", body(paystacktest.TokenPending)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	ref := providers.Reference(m.ID, "back")
+	ps.Land(ref) // landed, still pending
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...).StatusCode)
+	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "back").Status)
+	// The same event again changes nothing and writes nothing.
+	g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Review)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+
+	var types []string
+	for _, e := range g.Get(m, "/v1/events?limit=100").JSON(t)["data"].([]any) {
+		types = append([]string{e.(map[string]any)["type"].(string)}, types...) // oldest first
+	}
+	require.Equal(t, []string{"payment.processing", "payment.failed", "payment.processing", "payment.requires_review"}, types)
+}

@@ -195,7 +195,9 @@ func (s *Service) reinstate(ctx context.Context, read *Payment) (Settlement, err
 		}
 		back := p
 		back.Status, back.FailureCode, back.FailureMessage, back.RecheckAt = StatusProcessing, "", "", nil
-		return s.emit(ctx, tx, &back)
+		// The attempt's first processing event was written at its 202:
+		// this one, after the release, is another transition.
+		return s.emitAgain(ctx, tx, &back, p.UpdatedAt)
 	})
 	if errors.Is(err, errSkipped) {
 		return Skipped, nil

@@ -714,3 +714,12 @@ func paymentEvent(p *Payment) events.Params {
 func (s *Service) emit(ctx context.Context, tx *gorm.DB, p *Payment) error {
 	return s.cfg.Events.Emit(ctx, tx, paymentEvent(p))
 }
+
+// emitAgain is emit for a transition that can happen more than once in
+// one attempt (events.Params.After): left is when p entered the state the
+// transition leaves.
+func (s *Service) emitAgain(ctx context.Context, tx *gorm.DB, p *Payment, left time.Time) error {
+	e := paymentEvent(p)
+	e.After = left
+	return s.cfg.Events.Emit(ctx, tx, e)
+}

@@ -224,7 +224,9 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 			}
 			flagged := *p
 			flagged.Status = StatusRequiresReview
-			return s.emit(ctx, tx, &flagged)
+			// Once per stay in processing: a payment reinstated after
+			// a release can come to review again in the same attempt.
+			return s.emitAgain(ctx, tx, &flagged, p.UpdatedAt)
 		})
 		if errors.Is(err, idempotency.ErrLostClaim) {
 			return Skipped, nil
