@@ -49,6 +49,14 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	if ev.Reference == "" && !(ev.Refund && ev.TransactionID != "") {
 		return WebhookResult{Status: "ignored"}, nil
 	}
+	if !webhookToken(ev.Reference) || !webhookToken(ev.TransactionID) || !webhookToken(ev.RefundReference) {
+		// Nothing the gateway made or a provider gave it looks like this
+		// (a NUL, bytes that are not UTF-8, a page of text): no payment of
+		// ours, so not a value to hand the database.
+		s.cfg.Log.InfoContext(ctx, "webhook naming no reference of ours ignored",
+			"merchant_id", tenantID, "provider", provider, "event", ev.Type)
+		return WebhookResult{Status: "ignored"}, nil
+	}
 	var p Payment
 	if ev.Reference != "" {
 		p, err = s.store.GetByReference(ctx, tenantID, ev.Reference)
@@ -161,4 +169,19 @@ func (h *Handler) webhook(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(res)
+}
+
+// webhookToken reports whether s, from a webhook's payload, can be one of
+// our references or a provider's id: empty, or up to 255 printable ASCII
+// bytes.
+func webhookToken(s string) bool {
+	if len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -744,7 +744,9 @@ func decodeCursor(s string) (pageKey, error) {
 		return pageKey{}, errBad
 	}
 	micros, id, ok := strings.Cut(string(b), ".")
-	if !ok || !strings.HasPrefix(id, "ten_") {
+	if !ok || !strings.HasPrefix(id, "ten_") || !idChars(id[len("ten_"):]) {
+		// Checked here, so a NUL or a byte that is not UTF-8 is the
+		// client's 400, never a value the database refuses.
 		return pageKey{}, errBad
 	}
 	n, err := strconv.ParseInt(micros, 10, 64)
@@ -756,6 +758,21 @@ func decodeCursor(s string) (pageKey, error) {
 		return pageKey{}, errBad
 	}
 	return pageKey{CreatedAt: at, ID: id}, nil
+}
+
+// idChars reports whether s can be the body of an id the gateway made
+// (hex today; letters, digits, '-' and '_' allowed), 1 to 64 bytes.
+func idChars(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // principal is what the middleware needs about a token's subject.
