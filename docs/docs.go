@@ -1843,7 +1843,7 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "payment_not_refundable, idempotency_key_in_use: only a succeeded payment is refunded; or another request holds this key",
+                        "description": "payment_not_refundable, idempotency_key_in_use, provider_account_missing: only a succeeded payment is refunded; or another request holds this key; or the merchant's account with the payment's provider was removed (nothing refunded, the key released)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         },
@@ -2000,6 +2000,12 @@ const docTemplate = `{
                         "description": "OK",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpointList"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {

@@ -110,8 +110,13 @@ func answer(status int, v any) (idempotency.Response, error) {
 
 // secretAnswer marks an answer that shows a secret: the key's stored copy is
 // encrypted like the secret itself.
+// Like every answer that shows a secret, it must not be kept by a cache
+// on the way (its replays carry the same headers).
 func secretAnswer(r idempotency.Response, err error) (idempotency.Response, error) {
 	r.Sealed = true
+	if r.Header != nil {
+		r.Header[fiber.HeaderCacheControl] = "no-store"
+	}
 	return r, err
 }
 

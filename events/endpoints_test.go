@@ -39,12 +39,17 @@ func TestEndpointsAPI(t *testing.T) {
 		again := g.Do("POST", "/v1/webhook_endpoints", body, auth(m, "Idempotency-Key", "we-1")...)
 		require.Equal(t, string(created.Body), string(again.Body), "a retried create is the first answer, byte for byte")
 		require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		for _, r := range []apptest.Response{created, again} {
+			require.Equal(t, "no-store", r.Header.Get("Cache-Control"), "an answer with a secret is never cached")
+		}
 		other422 := g.Do("POST", "/v1/webhook_endpoints", jsonBody(map[string]any{"url": "https://elsewhere.example.com"}),
 			auth(m, "Idempotency-Key", "we-1")...)
 		require.Equal(t, http.StatusUnprocessableEntity, other422.StatusCode)
 
 		list := g.Get(m, "/v1/webhook_endpoints")
 		require.Equal(t, http.StatusOK, list.StatusCode)
+		filtered := g.Get(m, "/v1/webhook_endpoints?url=https://shop.example.com/hooks")
+		require.Equal(t, http.StatusBadRequest, filtered.StatusCode, "a filter the route does not have is refused, not ignored")
 		require.NotContains(t, string(list.Body), "whsec_", "a listing never shows a secret")
 		require.Len(t, list.JSON(t)["data"], 1, "the replay created nothing")
 		one := g.Get(m, "/v1/webhook_endpoints/"+id)
@@ -82,6 +87,8 @@ func TestEndpointsAPI(t *testing.T) {
 		require.NotEqual(t, secret, rotated.JSON(t)["secret"])
 		rotatedAgain := g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", nil, auth(m, "Idempotency-Key", "rot-1")...)
 		require.Equal(t, string(rotated.Body), string(rotatedAgain.Body), "a retried rotation replays the secret it made")
+		require.Equal(t, "no-store", rotated.Header.Get("Cache-Control"))
+		require.Equal(t, "no-store", rotatedAgain.Header.Get("Cache-Control"))
 		require.NoError(t, g.App.DB().Raw("SELECT response FROM idempotency_keys WHERE merchant_id = ? AND key = 'rot-1'", m.ID).
 			Row().Scan(&stored))
 		require.NotContains(t, string(stored), strings.TrimPrefix(rotated.JSON(t)["secret"].(string), "whsec_"))

@@ -133,11 +133,15 @@ type EndpointList struct {
 // @Produce      application/problem+json
 // @Security     BearerAuth
 // @Success      200 {object} EndpointList
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           listWebhookEndpoints
 // @Router       /v1/webhook_endpoints [get]
 func (h *Handler) listEndpoints(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: a filter would be ignored
+	}
 	eps, err := h.svc.store.endpoints(c.UserContext(), nil, h.merchant(c))
 	if err != nil {
 		return err

@@ -122,3 +122,30 @@ func TestReinstatedPaymentEmitsProcessingAgain(t *testing.T) {
 	}
 	require.Equal(t, []string{"payment.processing", "payment.failed", "payment.processing", "payment.requires_review"}, types)
 }
+
+// A refund of a payment whose provider account an operator has removed
+// cannot be sent, and no retry helps until the account is back: a 409
+// saying so, not a 503 asking the app to retry. Nothing was refunded, the
+// key is free, and the same request succeeds once the account is back.
+func TestRefundWithoutTheProviderAccountIsAConflict(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	paid := g.Pay(m, "gone-1", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, paid.StatusCode, string(paid.Body))
+	id := paid.JSON(t)["id"].(string)
+	path := "/admin/v1/tenants/" + m.ID
+	require.Equal(t, http.StatusOK, g.Admin("PATCH", path, map[string]any{"default_provider": "simulator"}).StatusCode)
+	require.Equal(t, http.StatusOK, g.Admin("PATCH", path, map[string]any{"providers": map[string]any{"paystack": nil}}).StatusCode)
+
+	r := refundOf(g, m, id, "gone-refund", map[string]any{"amount": 100})
+	require.Equal(t, http.StatusConflict, r.StatusCode, string(r.Body))
+	require.Equal(t, "provider_account_missing", r.JSON(t)["code"])
+	require.Zero(t, ps.TotalRefunds())
+
+	require.Equal(t, http.StatusOK, g.Admin("PATCH", path, map[string]any{"providers": map[string]any{
+		"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}}).StatusCode)
+	r = refundOf(g, m, id, "gone-refund", map[string]any{"amount": 100})
+	require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body)) // Paystack queues refunds
+	require.Equal(t, "pending", r.JSON(t)["status"])
+	require.Equal(t, 1, ps.TotalRefunds())
+}

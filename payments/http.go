@@ -344,7 +344,7 @@ func decodeCursor(s string) (Cursor, error) {
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "payment_not_found"
-// @Failure      409 {object} problem.Problem "payment_not_refundable, idempotency_key_in_use: only a succeeded payment is refunded; or another request holds this key"
+// @Failure      409 {object} problem.Problem "payment_not_refundable, idempotency_key_in_use, provider_account_missing: only a succeeded payment is refunded; or another request holds this key; or the merchant's account with the payment's provider was removed (nothing refunded, the key released)"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      415 {object} problem.Problem "unsupported_content_encoding, unsupported_media_type"
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch"

@@ -392,6 +392,13 @@ func (s *Service) refundNotSent(ctx context.Context, claim idempotency.Claim, r 
 		return s.completeRefund(ctx, claim, r)
 	}
 	s.cfg.Log.WarnContext(ctx, "provider did not refund; key released", "merchant_id", r.MerchantID, "payment_id", r.PaymentID, "refund_id", r.ID, "provider", r.Provider, "err", cause)
+	if errors.Is(cause, providers.ErrUnknownProvider) {
+		// An operator removed the merchant's account with the payment's
+		// provider: no retry can help until one is added back.
+		return Answer{}, problem.New(fiber.StatusConflict, "provider_account_missing",
+			"the merchant has no account with this payment's provider ("+r.Provider+") any more; nothing was refunded; "+
+				"retry with the same Idempotency-Key once an operator has added it back").With("refund_id", r.ID)
+	}
 	return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 		"the payment provider is unavailable and did not refund; retry with the same Idempotency-Key").
 		WithRetryAfter(5).With("refund_id", r.ID)

@@ -26,7 +26,7 @@ func Known(c *fiber.Ctx, known ...string) error {
 		switch {
 		case bad != "":
 		case !allowed(name, known):
-			bad, reason = name, "is not a parameter of this route; it takes "+strings.Join(known, ", ")
+			bad, reason = name, "is not a parameter of this route; it takes "+takes(known)
 		case seen[name]:
 			bad, reason = name, "is sent more than once; send it once"
 		}
@@ -39,6 +39,13 @@ func Known(c *fiber.Ctx, known ...string) error {
 		bad = "query" // not echoed: it is not a name anyone documented
 	}
 	return problem.Invalid(problem.FieldError{Field: bad, Reason: reason})
+}
+
+func takes(known []string) string {
+	if len(known) == 0 {
+		return "none"
+	}
+	return strings.Join(known, ", ")
 }
 
 func allowed(name string, known []string) bool {

@@ -7898,6 +7898,11 @@ type ListWebhookEndpointsResponse200Headers struct {
 	XRequestId string
 }
 
+// ListWebhookEndpointsResponse400Headers the declared response headers of an HTTP 400 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse400Headers struct {
+	XRequestId string
+}
+
 // ListWebhookEndpointsResponse401Headers the declared response headers of an HTTP 401 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse401Headers struct {
 	XRequestId string
@@ -7913,12 +7918,16 @@ type ListWebhookEndpointsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WebhookEndpointList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListWebhookEndpointsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListWebhookEndpointsResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListWebhookEndpointsResponse401Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -7928,6 +7937,11 @@ type ListWebhookEndpointsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListWebhookEndpointsResponse) GetJSON200() *WebhookEndpointList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -12493,6 +12507,13 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12520,6 +12541,16 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListWebhookEndpointsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListWebhookEndpointsResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
