@@ -1195,7 +1195,7 @@ const docTemplate = `{
                         }
                     },
                     "400": {
-                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "description": "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2204,7 +2204,7 @@ const docTemplate = `{
                         }
                     },
                     "400": {
-                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "description": "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2456,7 +2456,7 @@ const docTemplate = `{
                         }
                     },
                     "400": {
-                        "description": "idempotency_key_missing, idempotency_key_invalid",
+                        "description": "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

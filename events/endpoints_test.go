@@ -93,7 +93,14 @@ func TestEndpointsAPI(t *testing.T) {
 			Row().Scan(&stored))
 		require.NotContains(t, string(stored), strings.TrimPrefix(rotated.JSON(t)["secret"].(string), "whsec_"))
 
-		deleted := g.Do("DELETE", "/v1/webhook_endpoints/"+id, nil, auth(m, "Idempotency-Key", "del-1")...)
+		for _, b := range []string{"garbage", `{"id":"we_other"}`, "[]", "null"} {
+			refused := g.Do("DELETE", "/v1/webhook_endpoints/"+id, []byte(b), auth(m, "Idempotency-Key", "del-body", "Content-Type", "application/json")...)
+			require.Equal(t, http.StatusBadRequest, refused.StatusCode, "%s: %s", b, refused.Body)
+			require.Equal(t, "invalid_request", refused.JSON(t)["code"])
+			refused = g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", []byte(b), auth(m, "Idempotency-Key", "rot-body", "Content-Type", "application/json")...)
+			require.Equal(t, http.StatusBadRequest, refused.StatusCode, "%s: %s", b, refused.Body)
+		}
+		deleted := g.Do("DELETE", "/v1/webhook_endpoints/"+id, []byte(" { } "), auth(m, "Idempotency-Key", "del-1", "Content-Type", "application/json")...)
 		require.Equal(t, http.StatusOK, deleted.StatusCode)
 		require.Equal(t, http.StatusNotFound, g.Get(m, "/v1/webhook_endpoints/"+id).StatusCode)
 

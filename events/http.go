@@ -231,7 +231,7 @@ func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
 // @Param        id path string true "Endpoint id" extensions(x-example=we_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Param        Idempotency-Key header string true "One key per deletion" minLength(1) maxLength(255) extensions(x-example=we-delete-1)
 // @Success      200 {object} Deleted
-// @Failure      400 {object} problem.Problem "idempotency_key_missing, idempotency_key_invalid"
+// @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
@@ -242,6 +242,9 @@ func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
 	claim, err := h.claim(c)
 	if err != nil {
 		return err
+	}
+	if err := noBody(c); err != nil {
+		return releaseWith(c.UserContext(), h.keys, claim, err)
 	}
 	id := utils.CopyString(c.Params("id"))
 	if !wellFormed("we_", id) {
@@ -265,7 +268,7 @@ func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
 // @Param        id path string true "Endpoint id" extensions(x-example=we_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Param        Idempotency-Key header string true "One key per rotation" minLength(1) maxLength(255) extensions(x-example=we-rotate-1)
 // @Success      200 {object} EndpointView "rotated; the new secret shown once"
-// @Failure      400 {object} problem.Problem "idempotency_key_missing, idempotency_key_invalid"
+// @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
@@ -276,6 +279,9 @@ func (h *Handler) rotateSecret(c *fiber.Ctx) error {
 	claim, err := h.claim(c)
 	if err != nil {
 		return err
+	}
+	if err := noBody(c); err != nil {
+		return releaseWith(c.UserContext(), h.keys, claim, err)
 	}
 	id := utils.CopyString(c.Params("id"))
 	if !wellFormed("we_", id) {
@@ -463,7 +469,7 @@ func (h *Handler) get(c *fiber.Ctx) error {
 // @Param        id path string true "Event id" extensions(x-example=evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Param        Idempotency-Key header string true "One key per redelivery" minLength(1) maxLength(255) extensions(x-example=redeliver-1)
 // @Success      202 {object} Redelivery
-// @Failure      400 {object} problem.Problem "idempotency_key_missing, idempotency_key_invalid"
+// @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "event_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
@@ -474,6 +480,9 @@ func (h *Handler) redeliver(c *fiber.Ctx) error {
 	claim, err := h.claim(c)
 	if err != nil {
 		return err
+	}
+	if err := noBody(c); err != nil {
+		return releaseWith(c.UserContext(), h.keys, claim, err)
 	}
 	id := utils.CopyString(c.Params("id"))
 	if !wellFormed("evt_", id) {
@@ -527,4 +536,19 @@ func parseCursor(s string) (Cursor, bool) {
 		return Cursor{}, false
 	}
 	return Cursor{CreatedAt: at, ID: id}, true
+}
+
+// noBody refuses a body on a route that takes none: ignored, it would be
+// answered as if the caller had asked for nothing, whatever it meant. No
+// body, or an empty JSON object (clients that always send JSON), is none.
+func noBody(c *fiber.Ctx) error {
+	b := c.Body()
+	if len(b) == 0 {
+		return nil
+	}
+	var v map[string]json.RawMessage
+	if json.Unmarshal(b, &v) == nil && v != nil && len(v) == 0 {
+		return nil
+	}
+	return problem.Invalid(problem.FieldError{Field: "body", Reason: "this route takes no body; send none (or {})"})
 }
