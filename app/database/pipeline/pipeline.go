@@ -111,6 +111,14 @@ type Stats struct {
 type call struct {
 	sql  string
 	args []any
+	// mu is held by the lane while it reads args (encodes and sends the
+	// statement), and taken by a caller that stops waiting to mark the
+	// call left: once do has returned, what args point to may be the
+	// caller's again (a request's buffers, reused for the next request),
+	// and nothing reads them any more — a statement not sent by then is
+	// answered instead of run (hold).
+	mu   sync.Mutex
+	left bool
 	exec bool // from ExecContext: no rows wanted
 	res  result
 	done chan struct{}
@@ -215,6 +223,11 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) 
 		}
 		return c.res
 	case <-ctx.Done():
+		// Waits, if a lane is sending the statement right now, until it
+		// has (the arguments are read by then).
+		c.mu.Lock()
+		c.left = true
+		c.mu.Unlock()
 		return result{err: ctx.Err()}
 	}
 }
@@ -255,6 +268,9 @@ func (p *Pipeline) lane() {
 			answer(batch, err)
 			continue
 		}
+		if batch = hold(batch); len(batch) == 0 {
+			continue
+		}
 		switch p.run(conn, batch, true) {
 		case resend:
 			// PostgreSQL had closed the connection before running any of
@@ -264,7 +280,9 @@ func (p *Pipeline) lane() {
 				answer(batch, err)
 				break
 			}
-			p.run(conn, batch, false)
+			if batch = hold(batch); len(batch) > 0 {
+				p.run(conn, batch, false)
+			}
 		case separately:
 			// pgx refused the batch before sending it (a statement it
 			// could not prepare, or arguments it could not encode), and
@@ -312,6 +330,44 @@ func (p *Pipeline) ready(conn *pgx.Conn, used, born time.Time) (*pgx.Conn, time.
 	return conn, time.Now(), nil
 }
 
+// hold takes the calls of batch to send (call.mu, until release), and
+// answers and leaves out those whose callers have stopped waiting. Only
+// for statements not sent yet, or rolled back and about to go again: the
+// caller was told the outcome is unknown, and not running the statement
+// keeps that true — where reading arguments the caller may have reused
+// would write another request's bytes under this one's statement.
+func hold(batch []*call) []*call {
+	kept := batch[:0]
+	for _, c := range batch {
+		if take(c) {
+			kept = append(kept, c)
+		}
+	}
+	return kept
+}
+
+// take holds c for sending, or answers it when its caller has left.
+func take(c *call) bool {
+	c.mu.Lock()
+	if !c.left {
+		return true
+	}
+	c.mu.Unlock()
+	c.res = result{err: errLeft}
+	close(c.done)
+	return false
+}
+
+// release ends hold: the statements are sent, their arguments read.
+func release(batch []*call) {
+	for _, c := range batch {
+		c.mu.Unlock()
+	}
+}
+
+// errLeft answers a call nobody waits for any more.
+var errLeft = errors.New("pipeline: the caller stopped waiting; not sent")
+
 func answer(batch []*call, err error) {
 	for _, c := range batch {
 		c.res = result{err: err}
@@ -352,6 +408,7 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 		b.Queue(c.sql, c.args...)
 	}
 	br := conn.SendBatch(ctx, &b)
+	release(batch)
 	var sent error // the first error of a statement, as the server or pgx gave it
 	ran := 0       // statements answered before it
 	for _, c := range batch {
@@ -409,6 +466,11 @@ func (p *Pipeline) each(conn *pgx.Conn, batch []*call) {
 	defer cancel()
 	p.count(0, int64(len(batch)), 0)
 	for _, c := range batch {
+		// Rolled back, or never sent: a caller who left meanwhile is
+		// answered, not run again (hold).
+		if !take(c) {
+			continue
+		}
 		c.res = single(ctx, conn, c)
 		p.answerAlone(c, conn)
 	}
@@ -474,9 +536,11 @@ func (p *Pipeline) patiently(ctx context.Context, c *call) result {
 	return r
 }
 
-// single runs c alone on conn.
+// single runs c alone on conn. c is held (hold, take); single releases it
+// once the statement is sent.
 func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
 	rows, err := conn.Query(ctx, c.sql, c.args...)
+	c.mu.Unlock()
 	if err == nil {
 		r = collect(conn, rows)
 		err = r.err

@@ -443,3 +443,69 @@ func TestConnectionsAreReplacedWhenOld(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.NotEqual(t, first, pid(), "old: replaced")
 }
+
+// A caller that stops waiting has its error (the outcome unknown) and may
+// use its arguments' memory again — a request's buffers go to the next
+// request. So a statement not sent yet when its caller left, or rolled
+// back with its batch and about to go alone, is not run at all: run, it
+// would be read from memory that is someone else's by then.
+func TestAStatementWhoseCallerLeftIsNotRun(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresURL(t)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	ctx := context.Background()
+	locker, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	_, err = locker.Exec(ctx, `CREATE TABLE t (k text PRIMARY KEY, b bytea); INSERT INTO t VALUES ('hot', NULL)`)
+	require.NoError(t, err)
+	p := pipeline.New(cfg, pipeline.Options{Conns: 1, BatchLockTimeout: 500 * time.Millisecond})
+	t.Cleanup(p.Close)
+	db := p.DB()
+
+	leave := func(key string, within time.Duration) []byte {
+		body := []byte("tenant A's request")
+		cctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := db.ExecContext(cctx, `INSERT INTO t (k, b) VALUES ($1, $2)`, key, body)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		copy(body, "TENANT B's REQUEST") // the next request's bytes
+		return body
+	}
+	stored := func(key string) (string, bool) {
+		var b []byte
+		err := db.QueryRow(`SELECT b FROM t WHERE k = $1`, key).Scan(&b)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", false
+		}
+		require.NoError(t, err)
+		return string(b), true
+	}
+
+	// Queued behind a busy connection, and gone before it is free.
+	go func() { _, _ = db.Exec(`SELECT pg_sleep(0.4)`) }()
+	time.Sleep(100 * time.Millisecond)
+	leave("queued", 100*time.Millisecond)
+
+	// In a batch the server refuses (a lock it will not wait for in
+	// company), and gone before the statements go again alone.
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM t WHERE k = 'hot' FOR UPDATE`)
+	require.NoError(t, err)
+	go func() { _, _ = db.Exec(`SELECT pg_sleep(0.4)`) }()
+	time.Sleep(100 * time.Millisecond)
+	hot := make(chan error, 1)
+	go func() { _, err := db.Exec(`UPDATE t SET b = 'x' WHERE k = 'hot'`); hot <- err }()
+	time.Sleep(20 * time.Millisecond)
+	leave("rolled-back", 500*time.Millisecond)
+	time.Sleep(time.Second)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-hot)
+
+	for _, key := range []string{"queued", "rolled-back"} {
+		got, ok := stored(key)
+		require.False(t, ok, "%s: run after its caller left (stored %q)", key, got)
+	}
+}
