@@ -11,9 +11,28 @@ import (
 // with a minor unit.
 var ErrCurrency = errors.New("providers: unknown currency")
 
-// ErrAmount is returned for an amount that cannot be charged (zero or
-// negative): money in OncePay is a positive count of minor units.
-var ErrAmount = errors.New("providers: amount must be positive")
+// ErrAmount is returned for an amount that cannot be charged: zero or
+// negative (money in OncePay is a positive count of minor units), not a
+// whole number of minor units, or one a provider cannot take exactly
+// (AmountError says which rule it breaks).
+var ErrAmount = errors.New("providers: amount cannot be charged")
+
+// AmountError is an amount a provider cannot take, refused before anything
+// was sent: Stripe charges MGA only in whole ariary, say. It wraps
+// ErrAmount; Rule is the rule it breaks, in words written by the adapter
+// (never a provider's payload), so the gateway can show it to the merchant
+// instead of an "unavailable" that a retry would never fix.
+type AmountError struct {
+	Amount   int64  // minor units of Currency (ISO 4217)
+	Currency string // ISO 4217, upper case
+	Rule     string
+}
+
+func (e *AmountError) Error() string {
+	return fmt.Sprintf("%v: %d %s: %s", ErrAmount, e.Amount, e.Currency, e.Rule)
+}
+
+func (e *AmountError) Unwrap() error { return ErrAmount }
 
 // exponents maps every active ISO 4217 currency code to its minor-unit
 // exponent (the number of decimal places of its major unit), after the ISO

@@ -59,18 +59,24 @@ type refundList struct {
 
 // RefundForm is the exact form Refund sends for a PaymentIntent, exported
 // so the fake and tests can compare against it. url.Values encodes in key
-// order, so a repeat is byte-identical, as the Idempotency-Key needs.
-func RefundForm(req providers.RefundRequest, paymentIntent string) url.Values {
+// order, so a repeat is byte-identical, as the Idempotency-Key needs. Its
+// amount is in Stripe's units (APIAmount); one Stripe cannot take is an
+// error wrapping ErrNotCharged and ErrAmount.
+func RefundForm(req providers.RefundRequest, paymentIntent string) (url.Values, error) {
+	amount, err := APIAmount(req.Amount, req.Currency)
+	if err != nil {
+		return nil, fmt.Errorf("%s: refund: %w: %w", Name, providers.ErrNotCharged, err)
+	}
 	f := url.Values{
 		"payment_intent":                {paymentIntent},
-		"amount":                        {strconv.FormatInt(req.Amount, 10)},
+		"amount":                        {strconv.FormatInt(amount, 10)},
 		"metadata[" + MetadataKey + "]": {req.Reference},
 		"metadata[" + RefundMetadataChargeKey + "]": {req.ChargeReference},
 	}
 	if refundReasons[req.Reason] {
 		f.Set("reason", req.Reason)
 	}
-	return f
+	return f, nil
 }
 
 // Refund refunds req.Amount of the charge's PaymentIntent (req.TransactionID,
@@ -80,8 +86,15 @@ func RefundForm(req providers.RefundRequest, paymentIntent string) url.Values {
 // charge, balance too low) is a final failed result; a 409 (the first
 // request with this key still running) or idempotency_error (the key was
 // used with other parameters, so a refund may exist) is ErrUnknown, as are
-// 5xx, timeouts and cut connections; other 4xx are ErrNotCharged.
+// 5xx, timeouts and cut connections; other 4xx are ErrNotCharged. An
+// amount Stripe cannot take (APIAmount) is ErrNotCharged and ErrAmount
+// before anything, even a look-up, is sent.
 func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (providers.RefundResult, error) {
+	// The form's amount is checked first: a refusal must come before any
+	// request, even the look-ups.
+	if _, err := RefundForm(req, req.TransactionID); err != nil {
+		return providers.RefundResult{}, err
+	}
 	pi := req.TransactionID
 	if pi == "" {
 		intent, found, err := p.findIntent(ctx, req.ChargeReference)
@@ -98,7 +111,11 @@ func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (pro
 	} else if found {
 		return refundResult(r), nil
 	}
-	hreq, err := p.request(http.MethodPost, p.base+"/v1/refunds", []byte(RefundForm(req, pi).Encode()))
+	form, err := RefundForm(req, pi)
+	if err != nil {
+		return providers.RefundResult{}, err
+	}
+	hreq, err := p.request(http.MethodPost, p.base+"/v1/refunds", []byte(form.Encode()))
 	if err != nil {
 		return providers.RefundResult{}, err
 	}

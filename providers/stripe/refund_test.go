@@ -86,7 +86,9 @@ func TestRefund(t *testing.T) {
 		_, err := p.Refund(ctx, r)
 		providertest.RequireClass(t, err, providers.ErrUnknown)
 		// The same form and key again, straight to the API.
-		body := stripe.RefundForm(r, res.TransactionID).Encode()
+		form, err := stripe.RefundForm(r, res.TransactionID)
+		require.NoError(t, err)
+		body := form.Encode()
 		for range 2 {
 			replay := post(t, fake.URL+"/v1/refunds", body, r.Reference)
 			require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
@@ -113,23 +115,29 @@ func TestRefund(t *testing.T) {
 		r := req(c, res, "params", 1000)
 		// Made elsewhere under our key but with another amount, and not
 		// carrying our metadata: only the key ties it to us.
-		other := stripe.RefundForm(r, res.TransactionID)
+		other, err := stripe.RefundForm(r, res.TransactionID)
+		require.NoError(t, err)
 		other.Set("amount", "999")
 		other.Del("metadata[" + stripe.MetadataKey + "]")
 		post(t, fake.URL+"/v1/refunds", other.Encode(), r.Reference)
-		_, err := p.Refund(ctx, r)
+		_, err = p.Refund(ctx, r)
 		providertest.RequireClass(t, err, providers.ErrUnknown)
 	})
 	t.Run("ReasonOnlyWhenStripeHasIt", func(t *testing.T) {
 		t.Parallel()
-		r := providers.RefundRequest{Reference: "or-1", ChargeReference: "op-1", Amount: 5, Reason: "customer changed their mind"}
-		require.NotContains(t, stripe.RefundForm(r, "pi_1"), "reason")
+		form := func(r providers.RefundRequest) url.Values {
+			f, err := stripe.RefundForm(r, "pi_1")
+			require.NoError(t, err)
+			return f
+		}
+		r := providers.RefundRequest{Reference: "or-1", ChargeReference: "op-1", Amount: 5, Currency: "USD", Reason: "customer changed their mind"}
+		require.NotContains(t, form(r), "reason")
 		r.Reason = "fraudulent"
-		require.Equal(t, "fraudulent", stripe.RefundForm(r, "pi_1").Get("reason"))
+		require.Equal(t, "fraudulent", form(r).Get("reason"))
 		require.Equal(t, url.Values{
 			"payment_intent": {"pi_1"}, "amount": {"5"}, "reason": {"fraudulent"},
 			"metadata[oncepay_reference]": {"or-1"}, "metadata[oncepay_charge_reference]": {"op-1"},
-		}, stripe.RefundForm(r, "pi_1"))
+		}, form(r))
 	})
 	t.Run("LookupByAnotherRefundsIDIsUnknown", func(t *testing.T) {
 		t.Parallel()

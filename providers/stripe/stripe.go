@@ -122,10 +122,15 @@ type list struct {
 }
 
 // ChargeForm is the exact form Charge sends, exported so the fake and tests
-// can compare against it.
-func ChargeForm(req providers.ChargeRequest) url.Values {
+// can compare against it. Its amount is in Stripe's units (APIAmount); one
+// Stripe cannot take is an error wrapping ErrNotCharged and ErrAmount.
+func ChargeForm(req providers.ChargeRequest) (url.Values, error) {
+	amount, err := APIAmount(req.Amount, req.Currency)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", Name, providers.ErrNotCharged, err)
+	}
 	f := url.Values{
-		"amount":                             {strconv.FormatInt(req.Amount, 10)},
+		"amount":                             {strconv.FormatInt(amount, 10)},
 		"currency":                           {strings.ToLower(req.Currency)},
 		"payment_method":                     {req.PaymentMethod},
 		"confirm":                            {"true"},
@@ -140,7 +145,7 @@ func ChargeForm(req providers.ChargeRequest) url.Values {
 	if req.Description != "" {
 		f.Set("description", req.Description)
 	}
-	return f
+	return f, nil
 }
 
 // Charge creates and confirms the PaymentIntent with POST
@@ -148,12 +153,17 @@ func ChargeForm(req providers.ChargeRequest) url.Values {
 // 402 card_error, returned as OutcomeFailed. A 409 (the first request with
 // this key is still running) and a 400 idempotency_error (the key was first
 // used with other parameters, so a charge may exist) are ErrUnknown: neither
-// may release the key.
+// may release the key. An unknown currency, or an amount Stripe cannot
+// take (APIAmount), is refused before anything is sent: ErrNotCharged.
 func (p *Provider) Charge(ctx context.Context, req providers.ChargeRequest) (providers.Result, error) {
 	if _, ok := providers.Exponent(req.Currency); !ok {
 		return providers.Result{}, fmt.Errorf("%s: %w: %w", Name, providers.ErrNotCharged, providers.ErrCurrency)
 	}
-	hreq, err := p.request(http.MethodPost, p.base+"/v1/payment_intents", []byte(ChargeForm(req).Encode()))
+	form, err := ChargeForm(req)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	hreq, err := p.request(http.MethodPost, p.base+"/v1/payment_intents", []byte(form.Encode()))
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -323,8 +333,14 @@ func result(pi paymentIntent) providers.Result {
 	default: // processing, requires_action, requires_confirmation, requires_capture, unknown
 		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: pi.ID}
 	}
-	// Stripe's amounts are minor units; its currencies lower case.
-	r.Amount, r.Currency = pi.Amount, strings.ToUpper(pi.Currency)
+	// Stripe's currencies are lower case, its amounts in its own units: the
+	// gateway compares both with the payment's before it settles it. An
+	// amount no ISO amount converts to cannot be a charge we sent: it stays
+	// zero, which matches no payment.
+	r.Currency = strings.ToUpper(pi.Currency)
+	if amount, err := ISOAmount(pi.Amount, r.Currency); err == nil {
+		r.Amount = amount
+	}
 	return r
 }
 

@@ -28,7 +28,9 @@ import (
 // charge_already_refunded when nothing is left; code amount_too_large,
 // "Refund amount (...) is greater than unrefunded amount on charge (...)"
 // for more than is left (the texts are those seen from Stripe; the codes of
-// the first and last are community-reported).
+// the first and last are community-reported). An amount Stripe does not
+// take in the intent's currency (amountRefusal) is a validation error, not
+// stored.
 
 type refund struct {
 	ID            string            `json:"id"`
@@ -47,6 +49,17 @@ type refund struct {
 // PruneIdempotencyKeys forgets every stored idempotency key, as Stripe
 // does once a key is 24h old: a repeat with a pruned key executes again.
 func (s *Server) PruneIdempotencyKeys() { s.mu.Lock(); s.idem = map[string]*stored{}; s.mu.Unlock() }
+
+// RefundedAmount is the amount (in Stripe's units) of the refund carrying
+// our refund reference in metadata; 0 when there is none.
+func (s *Server) RefundedAmount(reference string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.findRefund(reference); r != nil {
+		return r.Amount
+	}
+	return 0
+}
 
 func (r *refund) holds() bool { return r.Status != "failed" && r.Status != "canceled" }
 
@@ -190,6 +203,11 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	if pi == nil {
 		s.mu.Unlock()
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "resource_missing", "No such payment_intent: '"+f.Get("payment_intent")+"'")
+		return
+	}
+	if refusal := amountRefusal(amount, pi.Currency); amount != 0 && refusal != nil {
+		s.mu.Unlock()
+		fake.WriteRaw(w, http.StatusBadRequest, refusal)
 		return
 	}
 	left := pi.Amount

@@ -4,9 +4,11 @@
 // status and body with Idempotent-Replayed: true; other parameters are a 400
 // idempotency_error; validation errors are not stored), lists and searches
 // intents by metadata, and can lose or delay an answer after storing it
-// (shared/providers.md 3.9). It refunds too (POST /v1/refunds, GET
-// /v1/refunds, GET /v1/refunds/{id}: see refund.go), and the same faults
-// apply to refunds.
+// (shared/providers.md 3.9). It is as strict as Stripe about amounts: an
+// ISK amount not divisible by 100, or a three-decimal one (BHD, JOD, KWD,
+// OMR, TND) not ending in 0, is a 400 invalid_request_error, for intents
+// and refunds. It refunds too (POST /v1/refunds, GET /v1/refunds, GET
+// /v1/refunds/{id}: see refund.go), and the same faults apply to refunds.
 //
 //	st := stripetest.New(t)
 //	p, _ := stripe.New(stripe.Config{BaseURL: st.URL})(providers.Secrets{
@@ -202,6 +204,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "A `return_url` must be specified because this Payment Intent is configured to automatically accept the payment methods enabled in the Dashboard, some of which may require a full page redirect to succeed.")
 		return
 	}
+	if refusal := amountRefusal(amount, f.Get("currency")); refusal != nil {
+		fake.WriteRaw(w, http.StatusBadRequest, refusal)
+		return
+	}
 	switch f.Get("payment_method") {
 	case TokenSuccess, TokenDecline, TokenInsufficientFunds, TokenPending:
 	default:
@@ -329,6 +335,45 @@ func nonNil(v []*intent) []*intent {
 		return []*intent{}
 	}
 	return v
+}
+
+// amountRefusal is Stripe's 400 body for an amount it does not take in
+// currency (its units, its lower-case code), for intents and refunds alike;
+// nil when it takes it. A validation error: nothing is stored under the
+// Idempotency-Key. ISK's code is Stripe's
+// invalid_charge_amount_no_decimal_compatible; for the three-decimal rule
+// the fake uses the general invalid_charge_amount. The texts are the
+// fake's own.
+func amountRefusal(amount int64, currency string) []byte {
+	var code, msg string
+	switch {
+	case currency == "isk" && amount%100 != 0:
+		code, msg = "invalid_charge_amount_no_decimal_compatible",
+			"ISK amounts must be divisible by 100: an amount of 100 represents 1 króna, and ISK has no fractional units."
+	case threeDecimal[currency] && amount%10 != 0:
+		code, msg = "invalid_charge_amount",
+			fmt.Sprintf("Amounts in %s must end in 0: the least significant of its three decimal digits must be 0.", currency)
+	default:
+		return nil
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"type": "invalid_request_error", "code": code, "message": msg, "param": "amount"}})
+	return body
+}
+
+// threeDecimal are the three-decimal currencies Stripe takes, whose amounts
+// must end in 0.
+var threeDecimal = map[string]bool{"bhd": true, "jod": true, "kwd": true, "omr": true, "tnd": true}
+
+// ChargedAmount is the amount (in Stripe's units) and currency (lower case)
+// of the intent carrying reference in metadata; 0 and "" when there is none.
+func (s *Server) ChargedAmount(reference string) (int64, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi := s.find(reference); pi != nil {
+		return pi.Amount, pi.Currency
+	}
+	return 0, ""
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
