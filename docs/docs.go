@@ -1407,7 +1407,7 @@ const docTemplate = `{
                         "BearerAuth": []
                     }
                 ],
-                "description": "Charges the customer at most once per ` + "`" + `Idempotency-Key` + "`" + ` (one key per logical payment, scoped to the merchant).\nRetry with the same key and the byte-identical body until the answer is final (201, 402, 400, 422):\na finished payment's answer (201 or 402) is replayed byte for byte with ` + "`" + `Idempotent-Replayed: true` + "`" + `;\na retry while the first request still holds the key gets 409 ` + "`" + `idempotency_key_in_use` + "`" + ` with ` + "`" + `Retry-After` + "`" + `;\nthe same key with another method, route or body is 422 ` + "`" + `idempotency_key_mismatch` + "`" + ` (nothing is charged).\nA body that fails validation (400 ` + "`" + `invalid_request` + "`" + `) and a provider that certainly did not charge\n(503 ` + "`" + `provider_unavailable` + "`" + `) release the key, so the app may fix the body or retry with the same key.\n202 means the provider's answer is not known yet: the payment is ` + "`" + `processing` + "`" + `; retry with the same key\n(after ` + "`" + `Retry-After` + "`" + `) or poll ` + "`" + `Location` + "`" + ` — the gateway settles it with the provider and never charges twice.\nA missing key is 400 ` + "`" + `idempotency_key_missing` + "`" + `; an empty, over-long (\u003e 255) or non-printable-ASCII key\nis 400 ` + "`" + `idempotency_key_invalid` + "`" + `. A finished answer is kept for KEY_TTL (72h by default).",
+                "description": "Charges the customer at most once per ` + "`" + `Idempotency-Key` + "`" + ` (one key per logical payment, scoped to the merchant).\nRetry with the same key and the byte-identical body until the answer is final (201, 402, 400, 422):\na finished payment's answer (201 or 402) is replayed byte for byte with ` + "`" + `Idempotent-Replayed: true` + "`" + `;\na retry while the first request still holds the key gets 409 ` + "`" + `idempotency_key_in_use` + "`" + ` with ` + "`" + `Retry-After` + "`" + `;\nthe same key with another method, route or body is 422 ` + "`" + `idempotency_key_mismatch` + "`" + ` (nothing is charged).\nA body that fails validation (400 ` + "`" + `invalid_request` + "`" + `), an amount the provider cannot take in its currency\n(422 ` + "`" + `amount_not_supported` + "`" + `) and a provider that certainly did not charge (503 ` + "`" + `provider_unavailable` + "`" + `)\nrelease the key, so the app may fix the body or retry with the same key.\n202 means the provider's answer is not known yet: the payment is ` + "`" + `processing` + "`" + `; retry with the same key\n(after ` + "`" + `Retry-After` + "`" + `) or poll ` + "`" + `Location` + "`" + ` — the gateway settles it with the provider and never charges twice.\nA missing key is 400 ` + "`" + `idempotency_key_missing` + "`" + `; an empty, over-long (\u003e 255) or non-printable-ASCII key\nis 400 ` + "`" + `idempotency_key_invalid` + "`" + `. A finished answer is kept for KEY_TTL (72h by default).",
                 "consumes": [
                     "application/json"
                 ],
@@ -1533,7 +1533,7 @@ const docTemplate = `{
                         }
                     },
                     "422": {
-                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
+                        "description": "idempotency_key_mismatch, amount_not_supported: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON); or the provider cannot take the amount in its currency (Stripe: MGA only in whole ariary; BHD, JOD, KWD, OMR, TND only in multiples of 10 minor units; detail names the rule), nothing was sent and the key was released",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1867,7 +1867,7 @@ const docTemplate = `{
                         }
                     },
                     "422": {
-                        "description": "idempotency_key_mismatch",
+                        "description": "idempotency_key_mismatch, amount_not_supported (the provider cannot take the amount in the payment's currency; detail names the rule): nothing refunded; amount_not_supported released the key",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

@@ -57,8 +57,9 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 // @Description  a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 // @Description  a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 // @Description  the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-// @Description  A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-// @Description  (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// @Description  A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+// @Description  (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+// @Description  release the key, so the app may fix the body or retry with the same key.
 // @Description  202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 // @Description  (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 // @Description  A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -79,7 +80,7 @@ func (h *Handler) caller(c *fiber.Ctx) (Merchant, error) {
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
 // @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
 // @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
-// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch, amount_not_supported: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON); or the provider cannot take the amount in its currency (Stripe: MGA only in whole ariary; BHD, JOD, KWD, OMR, TND only in multiples of 10 minor units; detail names the rule), nothing was sent and the key was released"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} UnavailableProblem "provider_unavailable, unavailable: nothing was charged (provider_unavailable: the provider refused, the key was released; unavailable: the database could not be reached); retry with the same key after Retry-After"
@@ -347,7 +348,7 @@ func decodeCursor(s string) (Cursor, error) {
 // @Failure      409 {object} problem.Problem "payment_not_refundable, idempotency_key_in_use, provider_account_missing: only a succeeded payment is refunded; or another request holds this key; or the merchant's account with the payment's provider was removed (nothing refunded, the key released)"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      415 {object} problem.Problem "unsupported_content_encoding, unsupported_media_type"
-// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch, amount_not_supported (the provider cannot take the amount in the payment's currency; detail names the rule): nothing refunded; amount_not_supported released the key"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After"

@@ -39,6 +39,12 @@ const (
 	// and a signed webhook or that lookup showing the charge re-opens it as
 	// succeeded (and its key replays the success).
 	FailureNotProcessed = "not_processed"
+	// FailureAmountNotSupported: the provider cannot take the amount in
+	// its currency (Stripe: MGA only in whole ariary, three-decimal
+	// currencies only in multiples of 10), so the adapter refused it
+	// before sending anything; the key was released, as for
+	// provider_unavailable, and a retry may fix the amount.
+	FailureAmountNotSupported = "amount_not_supported"
 )
 
 // Sentinel errors.
@@ -52,7 +58,15 @@ var (
 // retryableCodes are the failure codes of a payment whose key was
 // released: nothing was charged as far as the gateway knows, and a new
 // claim of the key may charge (with the same reference).
-var retryableCodes = []string{FailureProviderUnavailable, FailureNotProcessed}
+var retryableCodes = []string{FailureProviderUnavailable, FailureAmountNotSupported, FailureNotProcessed}
+
+// notSent reports whether a failure code is a certain non-charge (or
+// non-refund): the provider refused the call, or it was never sent, so
+// nothing can land under the reference and the key is free even for
+// another body. not_processed is not one: the first charge may still land.
+func notSent(code string) bool {
+	return code == FailureProviderUnavailable || code == FailureAmountNotSupported
+}
 
 // Payment is one row of the ledger. Payments are kept forever.
 type Payment struct {

@@ -255,3 +255,92 @@ func TestOldUnknownPaymentIsLookedUpNotRecharged(t *testing.T) {
 	require.Equal(t, 1, fake.Charges(ref))
 	requireReplay(t, retry, g.Pay(m, "old", b))
 }
+
+// stripeMerchant is a gateway on a Stripe fake and a merchant whose
+// default provider is Stripe.
+func stripeMerchant(t *testing.T) (*stripetest.Server, *apptest.Gateway, apptest.Merchant) {
+	t.Helper()
+	s := stripetest.New(t)
+	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", s.URL))
+	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
+		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+	return s, g, m
+}
+
+func requireAmountNotSupported(t *testing.T, r apptest.Response, rule string) {
+	t.Helper()
+	require.Equal(t, http.StatusUnprocessableEntity, r.StatusCode, string(r.Body))
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
+	require.Equal(t, "amount_not_supported", r.Code(t))
+	require.Contains(t, r.JSON(t)["detail"], rule)
+	require.Empty(t, r.Header.Get("Retry-After"), "no retry of this amount will succeed")
+}
+
+// TestStripeAmountNotSupportedIs422: an amount Stripe cannot take in its
+// currency (a fraction of an ariary; a three-decimal amount not ending in
+// 0) is refused before anything is sent, as the merchant's to fix: 422
+// amount_not_supported naming the rule, never a 503 "provider unavailable"
+// a retry would never get past. The key is released, so the fixed amount
+// goes through under it; a refund likewise, its amount given back.
+func TestStripeAmountNotSupportedIs422(t *testing.T) {
+	t.Parallel()
+	s, g, m := stripeMerchant(t)
+	b := body(stripetest.TokenSuccess)
+	b["currency"], b["amount"] = "MGA", 10050 // 100.50 MGA: Stripe takes MGA only in whole ariary
+	refused := g.Pay(m, "mga", b)
+	requireAmountNotSupported(t, refused, "multiple of 100")
+	require.NotEmpty(t, refused.JSON(t)["payment_id"])
+	require.Zero(t, s.TotalCharges())
+	again := g.Pay(m, "mga", b)
+	requireAmountNotSupported(t, again, "multiple of 100")
+	require.NotEqual(t, "true", again.Header.Get("Idempotent-Replayed"))
+
+	b["amount"] = 10000 // 100.00 MGA, under the same key
+	ok := g.Pay(m, "mga", b)
+	require.Equal(t, http.StatusCreated, ok.StatusCode, string(ok.Body))
+	require.Equal(t, refused.JSON(t)["payment_id"], ok.JSON(t)["id"], "the same payment, tried again")
+	require.Equal(t, "succeeded", ok.JSON(t)["status"])
+	ref := providers.Reference(m.ID, "mga")
+	sent, _ := s.ChargedAmount(ref)
+	require.EqualValues(t, 100, sent, "100.00 MGA is 100 at Stripe")
+	id := ok.JSON(t)["id"].(string)
+
+	r := refundOf(g, m, id, "r", map[string]any{"amount": 5050})
+	requireAmountNotSupported(t, r, "multiple of 100")
+	require.NotEmpty(t, r.JSON(t)["refund_id"])
+	require.Zero(t, s.TotalRefunds())
+	require.EqualValues(t, 0, g.Get(m, "/v1/payments/"+id).JSON(t)["amount_refunded"], "the refused amount is given back")
+	r = refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+	require.Equal(t, "succeeded", r.JSON(t)["status"])
+	require.EqualValues(t, 50, s.RefundedAmount(providers.RefundReference(m.ID, "r")))
+
+	k := body(stripetest.TokenSuccess)
+	k["currency"], k["amount"] = "KWD", 5124 // 5.124 KWD: the last of three decimals must be 0
+	requireAmountNotSupported(t, g.Pay(m, "kwd", k), "multiples of 10")
+	require.Equal(t, 1, s.TotalCharges())
+}
+
+// TestStripeISKSettlesByLookup: 500 ISK goes to Stripe as 50000 and the
+// lookup that settles it reads 500 back, so the gateway takes the charge
+// for the payment's own rather than another charge under its reference.
+func TestStripeISKSettlesByLookup(t *testing.T) {
+	t.Parallel()
+	s, g, m := stripeMerchant(t)
+	b := body(stripetest.TokenPending)
+	b["currency"], b["amount"] = "ISK", 500
+	first := g.Pay(m, "isk", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ref := providers.Reference(m.ID, "isk")
+	sent, _ := s.ChargedAmount(ref)
+	require.EqualValues(t, 50000, sent, "500 ISK is 50000 at Stripe")
+	require.NoError(t, s.Settle(ref, providers.OutcomeSucceeded))
+	h, raw, err := s.Webhook(ref, time.Now())
+	require.NoError(t, err)
+	hook := g.Do("POST", "/v1/webhooks/stripe/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.Equal(t, "resolved", hook.JSON(t)["status"])
+	got := g.Get(m, "/v1/payments/"+first.JSON(t)["id"].(string)).JSON(t)
+	require.Equal(t, "succeeded", got["status"])
+	require.EqualValues(t, 500, got["amount"])
+}

@@ -72,7 +72,7 @@ func (r *Refund) final() bool { return r.Status == RefundSucceeded || r.Status =
 // retryable reports whether a failed refund ended with its key released
 // (the provider certainly made no refund), so a new claim may refund.
 func (r *Refund) retryable() bool {
-	return r.Status == RefundFailed && (r.FailureCode == FailureProviderUnavailable || r.FailureCode == FailureNotProcessed)
+	return r.Status == RefundFailed && (notSent(r.FailureCode) || r.FailureCode == FailureNotProcessed)
 }
 
 // RefundView is the public shape of a refund.

@@ -171,7 +171,7 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 		}
 		if existing.PaymentID != paymentID ||
 			(existing.RequestHash != "" && existing.RequestHash != claim.RequestHash && existing.RequestHash != claim.LegacyHash &&
-				!(existing.Status == RefundFailed && existing.FailureCode == FailureProviderUnavailable)) {
+				!(existing.Status == RefundFailed && notSent(existing.FailureCode))) {
 			return errMismatch
 		}
 		r = existing
@@ -379,9 +379,15 @@ func (s *Service) completeRefund(ctx context.Context, claim idempotency.Claim, r
 
 // refundNotSent records a certain non-refund (failed, provider
 // unavailable: the amount given back) and releases the key, so the app's
-// retry refunds afresh with the same reference.
+// retry refunds afresh with the same reference. An amount the provider
+// cannot take is 422 amount_not_supported, as for a payment.
 func (s *Service) refundNotSent(ctx context.Context, claim idempotency.Claim, r *Refund, cause error) (Answer, error) {
-	ok, err := s.neverRefunded(ctx, claim, r, FailureProviderUnavailable, "The provider did not accept the refund; retry later.")
+	code, msg := FailureProviderUnavailable, "The provider did not accept the refund; retry later."
+	rule, refused := amountRule(cause)
+	if refused {
+		code, msg = FailureAmountNotSupported, "The provider cannot take this amount: "+rule+"."
+	}
+	ok, err := s.neverRefunded(ctx, claim, r, code, msg)
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()
@@ -390,6 +396,11 @@ func (s *Service) refundNotSent(ctx context.Context, claim idempotency.Claim, r 
 		return Answer{}, dbUnavailable()
 	case !ok:
 		return s.completeRefund(ctx, claim, r)
+	}
+	if refused {
+		s.cfg.Log.InfoContext(ctx, "provider cannot take the refund's amount; not sent, key released",
+			"merchant_id", r.MerchantID, "payment_id", r.PaymentID, "refund_id", r.ID, "provider", r.Provider, "err", cause)
+		return Answer{}, amountNotSupported(rule, "refunded").With("refund_id", r.ID)
 	}
 	s.cfg.Log.WarnContext(ctx, "provider did not refund; key released", "merchant_id", r.MerchantID, "payment_id", r.PaymentID, "refund_id", r.ID, "provider", r.Provider, "err", cause)
 	if errors.Is(cause, providers.ErrUnknownProvider) {

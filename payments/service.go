@@ -266,6 +266,29 @@ func replayed(a Answer) Answer {
 	return a
 }
 
+// amountRule is the rule an amount breaks when the provider cannot take it
+// (its adapter refused it before sending anything: providers.ErrAmount), in
+// the adapter's words; ok is false for any other error.
+func amountRule(err error) (rule string, ok bool) {
+	if !errors.Is(err, providers.ErrAmount) {
+		return "", false
+	}
+	var ae *providers.AmountError
+	if errors.As(err, &ae) {
+		return ae.Rule, true
+	}
+	return "it is not an amount the provider takes in this currency", true
+}
+
+// amountNotSupported is the 422 for an amount the provider cannot take
+// (what: "charged" or "refunded"). Not a 503: no retry of the same body
+// will ever succeed. The key is released, so the app may fix the amount
+// and reuse it.
+func amountNotSupported(rule, what string) *problem.Problem {
+	return problem.New(fiber.StatusUnprocessableEntity, "amount_not_supported",
+		"the payment provider cannot take this amount: "+rule+"; nothing was "+what+" and the key was released: fix the amount and retry")
+}
+
 func dbUnavailable() error {
 	return problem.New(fiber.StatusServiceUnavailable, "unavailable",
 		"the gateway could not reach its database; nothing was charged; retry with the same Idempotency-Key").WithRetryAfter(2)
@@ -344,7 +367,7 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		}
 		if existing.RequestHash != "" && claim.RequestHash != "" &&
 			existing.RequestHash != claim.RequestHash && existing.RequestHash != claim.LegacyHash &&
-			!(existing.Status == StatusFailed && existing.FailureCode == FailureProviderUnavailable) {
+			!(existing.Status == StatusFailed && notSent(existing.FailureCode)) {
 			// The key's stored answer is gone (purged) or was never
 			// stored (released as not_processed), but the ledger
 			// remembers what was asked: this is another request under the
@@ -539,10 +562,16 @@ func (s *Service) complete(ctx context.Context, claim idempotency.Claim, p *Paym
 }
 
 // notCharged records a certain non-charge and releases the key so the app's
-// retry charges afresh (same payment, same reference).
+// retry charges afresh (same payment, same reference). An amount the
+// provider cannot take is the merchant's to fix, not an outage: 422
+// amount_not_supported instead of 503.
 func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Answer, error) {
-	ok, err := s.neverCharged(ctx, claim, p, FailureProviderUnavailable,
-		"The provider did not accept the charge; retry later.")
+	code, msg := FailureProviderUnavailable, "The provider did not accept the charge; retry later."
+	rule, refused := amountRule(cause)
+	if refused {
+		code, msg = FailureAmountNotSupported, "The provider cannot take this amount: "+rule+"."
+	}
+	ok, err := s.neverCharged(ctx, claim, p, code, msg)
 	switch {
 	case errors.Is(err, idempotency.ErrLostClaim):
 		return Answer{}, keyInUse()
@@ -555,6 +584,11 @@ func (s *Service) notCharged(ctx context.Context, claim idempotency.Claim, p *Pa
 	case !ok:
 		// Settled meanwhile: the ledger's answer is the answer.
 		return s.complete(ctx, claim, p)
+	}
+	if refused {
+		s.cfg.Log.InfoContext(ctx, "provider cannot take the amount; not sent, key released",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", cause)
+		return Answer{}, amountNotSupported(rule, "charged").With("payment_id", p.ID)
 	}
 	s.cfg.Log.WarnContext(ctx, "provider did not charge; key released",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", cause)

@@ -1905,8 +1905,9 @@ type ClientInterface interface {
 	// a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 	// a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 	// the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-	// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-	// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+	// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+	// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+	// release the key, so the app may fix the body or retry with the same key.
 	// 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 	// (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 	// A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -1924,8 +1925,9 @@ type ClientInterface interface {
 	// a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 	// a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 	// the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-	// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-	// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+	// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+	// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+	// release the key, so the app may fix the body or retry with the same key.
 	// 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 	// (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 	// A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -2546,8 +2548,9 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 // a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 // the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+// release the key, so the app may fix the body or retry with the same key.
 // 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 // (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 // A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -2575,8 +2578,9 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 // a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 // the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+// release the key, so the app may fix the body or retry with the same key.
 // 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 // (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 // A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -4964,8 +4968,9 @@ type ClientWithResponsesInterface interface {
 	// a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 	// a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 	// the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-	// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-	// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+	// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+	// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+	// release the key, so the app may fix the body or retry with the same key.
 	// 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 	// (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 	// A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -4983,8 +4988,9 @@ type ClientWithResponsesInterface interface {
 	// a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 	// a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 	// the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-	// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-	// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+	// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+	// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+	// release the key, so the app may fix the body or retry with the same key.
 	// 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 	// (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 	// A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -9225,8 +9231,9 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 // a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 // the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+// release the key, so the app may fix the body or retry with the same key.
 // 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 // (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 // A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
@@ -9250,8 +9257,9 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // a finished payment's answer (201 or 402) is replayed byte for byte with `Idempotent-Replayed: true`;
 // a retry while the first request still holds the key gets 409 `idempotency_key_in_use` with `Retry-After`;
 // the same key with another method, route or body is 422 `idempotency_key_mismatch` (nothing is charged).
-// A body that fails validation (400 `invalid_request`) and a provider that certainly did not charge
-// (503 `provider_unavailable`) release the key, so the app may fix the body or retry with the same key.
+// A body that fails validation (400 `invalid_request`), an amount the provider cannot take in its currency
+// (422 `amount_not_supported`) and a provider that certainly did not charge (503 `provider_unavailable`)
+// release the key, so the app may fix the body or retry with the same key.
 // 202 means the provider's answer is not known yet: the payment is `processing`; retry with the same key
 // (after `Retry-After`) or poll `Location` — the gateway settles it with the provider and never charges twice.
 // A missing key is 400 `idempotency_key_missing`; an empty, over-long (> 255) or non-printable-ASCII key
