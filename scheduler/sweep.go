@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -114,8 +116,7 @@ func (s *Sweeper) workers(ctx context.Context, total *Counts) *pool {
 		go func() {
 			defer p.wg.Done()
 			for task := range p.tasks {
-				var c Counts
-				task(&c)
+				c := s.settle(ctx, task)
 				p.mu.Lock()
 				p.total.merge(c)
 				p.mu.Unlock()
@@ -123,6 +124,23 @@ func (s *Sweeper) workers(ctx context.Context, total *Counts) *pool {
 		}()
 	}
 	return p
+}
+
+// settle runs one task. A panic in it (a provider adapter's bug, say) is
+// that key's error, not the process's end: the worker goroutine is the
+// sweeper's, out of reach of gocron's recovery and Fiber's, and a panic
+// every SWEEP_INTERVAL would take every instance down with every request
+// in flight. The key keeps its lease and is settled again by a later run.
+func (s *Sweeper) settle(ctx context.Context, task func(*Counts)) (c Counts) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.cfg.Log.ErrorContext(ctx, "sweep: a settler panicked; its key is left for a later run",
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			c.Errors++
+		}
+	}()
+	task(&c)
+	return c
 }
 
 // submit hands task to a free worker; false when the run was cut short.

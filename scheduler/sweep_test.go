@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/payments"
@@ -410,4 +412,33 @@ func TestSweepPacesLookupsPerProvider(t *testing.T) {
 	require.Len(t, lookups, 1, "one lookup in the hour")
 	require.Equal(t, int64(2), count(t, db, "idempotency_keys", "status = 'in_progress'"))
 	require.Equal(t, int64(2), count(t, db, "payments", "status = 'processing'"))
+}
+
+// A settler that panics — a provider adapter's bug — costs its own key a
+// run, not the process: the sweep goes on with the other keys, counts the
+// panic as an error and logs it, and the key is left for a later run.
+func TestASettlerThatPanicsIsThatKeysError(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Postgres(t)
+	const m = "ten_panic"
+	fake := newFake(func(_ context.Context, ref string) (providers.Result, error) {
+		if ref == providers.Reference(m, "bad") {
+			panic("adapter bug")
+		}
+		return providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: "tx"}, nil
+	})
+	seed(t, db, []stuck{
+		{merchant: m, key: "bad", age: time.Hour, leaseLeft: -time.Minute, payment: status(payments.StatusProcessing)},
+		{merchant: m, key: "good", age: time.Hour, leaseLeft: -time.Minute, payment: status(payments.StatusProcessing)},
+	})
+	in := instanceOn(db, fake)
+	var logs apptest.SyncBuffer
+	cfg := in.config(10)
+	cfg.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	c, err := scheduler.NewSweeper(cfg).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, c.Resolved, "%+v", c)
+	require.Equal(t, 1, c.Errors, "%+v", c)
+	require.Contains(t, logs.String(), "a settler panicked")
+	require.Contains(t, logs.String(), "adapter bug")
 }
