@@ -282,7 +282,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the\nway the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)\nand the audit event commit together. The provider is asked once more first; when its answer is final and\ncontradicts the resolution, nothing changes (409 provider_disagrees, with what it said).",
+                "description": "Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the\nway the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)\nand the audit event commit together. The provider is asked once more first; when its answer rules the\nresolution out — final and otherwise, still in flight at the provider, or nothing there for \"succeeded\" —\nnothing changes (409 provider_disagrees, with what it said).",
                 "consumes": [
                     "application/json"
                 ],
@@ -340,7 +340,7 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise",
+                        "description": "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -453,7 +453,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a\npayment's resolution does: the refund (a failed one gives its amount back to the payment), its key's\nstored answer and the audit event commit together, after the provider is asked once more (409\nprovider_disagrees when its final answer says otherwise).",
+                "description": "Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a\npayment's resolution does: the refund (a failed one gives its amount back to the payment), its key's\nstored answer and the audit event commit together, after the provider is asked once more (409\nprovider_disagrees when its answer rules the resolution out, as for a payment).",
                 "consumes": [
                     "application/json"
                 ],
@@ -511,7 +511,7 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise",
+                        "description": "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

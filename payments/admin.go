@@ -3,7 +3,6 @@ package payments
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"gorm.io/gorm"
@@ -52,22 +51,50 @@ type Resolution struct {
 	Note   string
 }
 
-// providerDisagrees is the 409 of a resolution the provider contradicts:
-// its answer is final and says otherwise. idField names the provider's id
-// of the charge or refund.
+// contradicts reports whether the provider's answer rules out an
+// operator's decision (succeeded, or failed). An operator decides what the
+// provider cannot tell — it cannot be asked, or a reference holds another
+// charge — never against what it says, or the ledger and the provider part
+// for good (nothing looks at a resolved payment again):
+//   - a final answer must be the decision;
+//   - a charge or refund the provider has and is still working on (pending,
+//     with its id) is neither yet: it may still succeed, or fail;
+//   - nothing there (not found, or pending with nothing found, as Stripe's
+//     search answers before it has indexed a charge) can only have failed.
+func contradicts(outcome providers.Outcome, providerID string, succeeded bool) bool {
+	switch {
+	case outcome.Final():
+		return (outcome == providers.OutcomeSucceeded) != succeeded
+	case outcome == providers.OutcomePending && providerID != "":
+		return true
+	default:
+		return succeeded
+	}
+}
+
+// providerDisagrees is the 409 of a resolution the provider's answer rules
+// out (contradicts). idField names the provider's id of the charge or
+// refund.
 func providerDisagrees(outcome providers.Outcome, idField, id, failureCode string) error {
-	return problem.New(fiber.StatusConflict, "provider_disagrees",
-		"the provider's final answer contradicts this resolution").
+	detail := "the provider's final answer contradicts this resolution"
+	switch {
+	case outcome == providers.OutcomePending && id != "":
+		detail = "the provider is still working on it: wait for it to settle (the sweeper records it), or cancel it at the provider first"
+	case !outcome.Final():
+		detail = "the provider has no record of it: it cannot have succeeded"
+	}
+	return problem.New(fiber.StatusConflict, "provider_disagrees", detail).
 		With("provider_outcome", string(outcome)).With(idField, id).
 		With("provider_failure_code", failureCode)
 }
 
-// Resolve settles a payment in review — or processing, untouched for
-// SWEEP_STALE_AFTER — the way the sweeper would, with the operator's
+// Resolve settles a payment in review or processing, its last attempt
+// SWEEP_STALE_AFTER old, the way the sweeper would, with the operator's
 // decision: the payment's final state, its key's stored answer (so the
 // merchant's retry replays the resolution) and the audit event commit in
-// one transaction. The provider is asked once more first: if its answer is
-// final and says otherwise, nothing changes (409 provider_disagrees).
+// one transaction. The provider is asked once more first: if its answer
+// rules the decision out (contradicts), nothing changes (409
+// provider_disagrees).
 func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment, error) {
 	p, err := s.store.getAny(ctx, id)
 	if err != nil {
@@ -91,19 +118,29 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 		}
 		return p, cause
 	}
-	if p.Status == StatusProcessing && claim.SinceAttempt < s.cfg.StaleAfter {
+	// Read again now the key is ours: a retry may have taken it over
+	// between the first read and the takeover (and re-sent the charge).
+	if p, err = s.store.getAny(ctx, id); err != nil {
+		return giveBack(err)
+	}
+	if final(p.Status) {
+		return giveBack(problem.New(fiber.StatusConflict, "payment_final", "the payment was settled meanwhile"))
+	}
+	// In review too: a retry may have re-sent the charge moments ago.
+	if claim.SinceAttempt < s.cfg.StaleAfter {
 		return giveBack(inProgress)
 	}
 	f := finishParams{Status: r.Status, At: s.now()}
 	if r.Status == StatusFailed {
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
-	if res, err := s.lookup(ctx, &p); err == nil && res.Outcome.Final() {
-		agrees := (res.Outcome == providers.OutcomeSucceeded) == (r.Status == StatusSucceeded)
-		if !agrees {
+	if res, err := s.lookup(ctx, &p); err == nil {
+		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_transaction_id", res.TransactionID, res.FailureCode))
 		}
-		f.TransactionID = res.TransactionID
+		if res.Outcome.Final() {
+			f.TransactionID = res.TransactionID
+		}
 	}
 	before := p.View()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -153,11 +190,11 @@ type RefundResolution struct {
 	Note   string
 }
 
-// ResolveRefund settles a refund in review — or pending, untouched for
-// SWEEP_STALE_AFTER — as Resolve does a payment: the refund's outcome (a
+// ResolveRefund settles a refund in review or pending, its last attempt
+// SWEEP_STALE_AFTER old, as Resolve does a payment: the refund's outcome (a
 // failed one giving its amount back to the payment), its key's stored
 // answer and the audit event commit in one transaction, after the
-// provider is asked once more and does not contradict the decision.
+// provider is asked once more and does not rule the decision out.
 func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResolution) (Refund, error) {
 	r, err := s.store.getRefundAny(ctx, id)
 	if err != nil {
@@ -181,10 +218,14 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		}
 		return r, cause
 	}
-	var wait time.Duration
-	if r.Status == RefundPending {
-		wait = s.cfg.StaleAfter
+	// Read again now the key is ours (see Resolve).
+	if r, err = s.store.getRefundAny(ctx, id); err != nil {
+		return giveBack(err)
 	}
+	if r.final() {
+		return giveBack(problem.New(fiber.StatusConflict, "refund_final", "the refund was settled meanwhile"))
+	}
+	wait := s.cfg.StaleAfter
 	if d.Status == RefundFailed {
 		// An operator's "failed" gives the amount back for the merchant to
 		// refund again, as a release does: it waits as long since the last
@@ -198,11 +239,13 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 	if d.Status == RefundFailed {
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
-	if res, err := s.lookupRefund(ctx, &r); err == nil && res.Outcome.Final() {
-		if (res.Outcome == providers.OutcomeSucceeded) != (d.Status == RefundSucceeded) {
+	if res, err := s.lookupRefund(ctx, &r); err == nil {
+		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
 		}
-		f.RefundID = res.RefundID
+		if res.Outcome.Final() {
+			f.RefundID = res.RefundID
+		}
 	}
 	before := refundAuditView(&r)
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

@@ -6,14 +6,17 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
 
 func adminDo(g *apptest.Gateway, method, path string, body any) apptest.Response {
@@ -164,6 +167,20 @@ func TestOperatorDesk(t *testing.T) {
 		require.NotEmpty(t, queue)
 		noNote := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed"})
 		require.Equal(t, http.StatusBadRequest, noNote.StatusCode)
+		// The provider still has the charge in flight: it may yet
+		// succeed, or fail, so neither is the operator's to say.
+		for _, decision := range []string{"failed", "succeeded"} {
+			r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": decision, "note": "x"})
+			require.Equal(t, http.StatusConflict, r.StatusCode, string(r.Body))
+			require.Equal(t, "provider_disagrees", r.Code(t))
+			require.Equal(t, "pending", r.JSON(t)["provider_outcome"])
+		}
+		// Cancelled at the provider, say: it has no record of it now.
+		require.NoError(t, g.App.DB().Exec(`DELETE FROM simulator_charges WHERE reference = ?`,
+			ledgerByKey(t, g, a.ID, "rev").ProviderReference).Error)
+		gone := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "x"})
+		require.Equal(t, http.StatusConflict, gone.StatusCode, "nothing there cannot have succeeded: %s", gone.Body)
+		require.Equal(t, "not_found", gone.JSON(t)["provider_outcome"])
 		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "no such charge at the provider"})
 		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
 		require.Equal(t, "failed", r.JSON(t)["status"])
@@ -349,6 +366,13 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 		map[string]any{"status": "failed", "note": "x"}).Code(t))
 
 	ageKeys(t, g, time.Hour) // the sweep's and the retry's leases lapse
+	pending := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	require.Equal(t, http.StatusConflict, pending.StatusCode, "still in flight at the provider: %s", pending.Body)
+	require.Equal(t, "pending", pending.JSON(t)["provider_outcome"])
+	require.NoError(t, g.App.DB().Exec(`DELETE FROM simulator_refunds WHERE reference =
+  (SELECT provider_reference FROM refunds WHERE merchant_id = ? AND idempotency_key = 'r-flag')`, m.ID).Error)
+	nothing := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "succeeded", "note": "x"})
+	require.Equal(t, http.StatusConflict, nothing.StatusCode, "nothing there cannot have succeeded: %s", nothing.Body)
 	r := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "failed", "note": "no such refund at the provider"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
 	require.Equal(t, "failed", r.JSON(t)["status"])
@@ -391,4 +415,52 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 	require.NotEmpty(t, yes.JSON(t)["provider_refund_id"])
 	require.Equal(t, 1, simRefunds(t, g, m.ID, "r-late"))
 	require.Equal(t, float64(2000), amountRefunded(t, g, m, id))
+}
+
+// Resolve decides on the payment as it is once the key is the operator's:
+// a merchant's retry can take the key over between Resolve's first read and
+// its takeover (here it looks the charge up, and counts an attempt), and
+// the answer Resolve stores — which the merchant's retries replay — must
+// be rendered from the ledger's payment, not from the read before.
+func TestResolveDecidesOnThePaymentAsItIsOnceItsKeyIsTaken(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	a, logs, _ := apptest.Build(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	var (
+		g     *apptest.Gateway
+		m     apptest.Merchant
+		armed atomic.Bool
+	)
+	require.NoError(t, a.DB().Callback().Row().Before("gorm:row").Register("retry_before_the_takeover", func(tx *gorm.DB) {
+		if strings.Contains(tx.Statement.SQL.String(), "UPDATE idempotency_keys SET lock_token") && armed.CompareAndSwap(true, false) {
+			retry := g.Pay(m, "raced", body(paystacktest.TokenPending))
+			require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+		}
+	}))
+	g, _ = apptest.Serve(t, a, logs)
+	m = g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	first := g.Pay(m, "raced", body(paystacktest.TokenPending))
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	id := first.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	require.Equal(t, 1, sweep(t, g).Review)
+	ageKeys(t, g, time.Hour)
+
+	// Paystack cannot be asked (the operator's call to make), by the
+	// retry nor by Resolve.
+	ps.FailNext(http.StatusInternalServerError)
+	ps.FailNext(http.StatusInternalServerError)
+	armed.Store(true)
+	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "provider down"})
+	require.False(t, armed.Load(), "the retry ran before the takeover")
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	ledger := ledgerByKey(t, g, m.ID, "raced")
+	require.Equal(t, 2, ledger.Attempts, "the retry's attempt")
+	replay := g.Pay(m, "raced", body(paystacktest.TokenPending))
+	require.Equal(t, http.StatusPaymentRequired, replay.StatusCode, string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.EqualValues(t, ledger.Attempts, replay.JSON(t)["payment"].(map[string]any)["attempts"],
+		"the stored answer is the ledger's payment")
 }

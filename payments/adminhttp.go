@@ -185,8 +185,9 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Summary      Resolve a payment (operators)
 // @Description  Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // @Description  way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-// @Description  and the audit event commit together. The provider is asked once more first; when its answer is final and
-// @Description  contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// @Description  and the audit event commit together. The provider is asked once more first; when its answer rules the
+// @Description  resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// @Description  nothing changes (409 provider_disagrees, with what it said).
 // @Tags         admin
 // @Accept       json
 // @Produce      json
@@ -199,7 +200,7 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "payment_not_found"
-// @Failure      409 {object} problem.Problem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
+// @Failure      409 {object} problem.Problem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           adminResolvePayment
 // @Router       /admin/v1/payments/{id}/resolve [post]
@@ -283,7 +284,7 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @Description  Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 // @Description  payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 // @Description  stored answer and the audit event commit together, after the provider is asked once more (409
-// @Description  provider_disagrees when its final answer says otherwise).
+// @Description  provider_disagrees when its answer rules the resolution out, as for a payment).
 // @Tags         admin
 // @Accept       json
 // @Produce      json
@@ -296,7 +297,7 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "refund_not_found"
-// @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's final answer says otherwise"
+// @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           adminResolveRefund
 // @Router       /admin/v1/refunds/{id}/resolve [post]

@@ -1712,8 +1712,9 @@ type ClientInterface interface {
 	//
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-	// and the audit event commit together. The provider is asked once more first; when its answer is final and
-	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	// and the audit event commit together. The provider is asked once more first; when its answer rules the
+	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1724,8 +1725,9 @@ type ClientInterface interface {
 	//
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-	// and the audit event commit together. The provider is asked once more first; when its answer is final and
-	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	// and the audit event commit together. The provider is asked once more first; when its answer rules the
+	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1745,7 +1747,7 @@ type ClientInterface interface {
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 	// stored answer and the audit event commit together, after the provider is asked once more (409
-	// provider_disagrees when its final answer says otherwise).
+	// provider_disagrees when its answer rules the resolution out, as for a payment).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1757,7 +1759,7 @@ type ClientInterface interface {
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 	// stored answer and the audit event commit together, after the provider is asked once more (409
-	// provider_disagrees when its final answer says otherwise).
+	// provider_disagrees when its answer rules the resolution out, as for a payment).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2135,8 +2137,9 @@ func (c *Client) AdminGetPayment(ctx context.Context, id string, reqEditors ...R
 //
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-// and the audit event commit together. The provider is asked once more first; when its answer is final and
-// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// and the audit event commit together. The provider is asked once more first; when its answer rules the
+// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2157,8 +2160,9 @@ func (c *Client) AdminResolvePaymentWithBody(ctx context.Context, id string, con
 //
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-// and the audit event commit together. The provider is asked once more first; when its answer is final and
-// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// and the audit event commit together. The provider is asked once more first; when its answer rules the
+// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2198,7 +2202,7 @@ func (c *Client) AdminSearchRefunds(ctx context.Context, params *AdminSearchRefu
 // Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 // payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 // stored answer and the audit event commit together, after the provider is asked once more (409
-// provider_disagrees when its final answer says otherwise).
+// provider_disagrees when its answer rules the resolution out, as for a payment).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2220,7 +2224,7 @@ func (c *Client) AdminResolveRefundWithBody(ctx context.Context, id string, cont
 // Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 // payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 // stored answer and the audit event commit together, after the provider is asked once more (409
-// provider_disagrees when its final answer says otherwise).
+// provider_disagrees when its answer rules the resolution out, as for a payment).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4751,8 +4755,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-	// and the audit event commit together. The provider is asked once more first; when its answer is final and
-	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	// and the audit event commit together. The provider is asked once more first; when its answer rules the
+	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4763,8 +4768,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-	// and the audit event commit together. The provider is asked once more first; when its answer is final and
-	// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+	// and the audit event commit together. The provider is asked once more first; when its answer rules the
+	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4786,7 +4792,7 @@ type ClientWithResponsesInterface interface {
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 	// stored answer and the audit event commit together, after the provider is asked once more (409
-	// provider_disagrees when its final answer says otherwise).
+	// provider_disagrees when its answer rules the resolution out, as for a payment).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4798,7 +4804,7 @@ type ClientWithResponsesInterface interface {
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 	// payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 	// stored answer and the audit event commit together, after the provider is asked once more (409
-	// provider_disagrees when its final answer says otherwise).
+	// provider_disagrees when its answer rules the resolution out, as for a payment).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8882,8 +8888,9 @@ func (c *ClientWithResponses) AdminGetPaymentWithResponse(ctx context.Context, i
 //
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-// and the audit event commit together. The provider is asked once more first; when its answer is final and
-// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// and the audit event commit together. The provider is asked once more first; when its answer rules the
+// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8900,8 +8907,9 @@ func (c *ClientWithResponses) AdminResolvePaymentWithBodyWithResponse(ctx contex
 //
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
-// and the audit event commit together. The provider is asked once more first; when its answer is final and
-// contradicts the resolution, nothing changes (409 provider_disagrees, with what it said).
+// and the audit event commit together. The provider is asked once more first; when its answer rules the
+// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8935,7 +8943,7 @@ func (c *ClientWithResponses) AdminSearchRefundsWithResponse(ctx context.Context
 // Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 // payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 // stored answer and the audit event commit together, after the provider is asked once more (409
-// provider_disagrees when its final answer says otherwise).
+// provider_disagrees when its answer rules the resolution out, as for a payment).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8953,7 +8961,7 @@ func (c *ClientWithResponses) AdminResolveRefundWithBodyWithResponse(ctx context
 // Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
 // payment's resolution does: the refund (a failed one gives its amount back to the payment), its key's
 // stored answer and the audit event commit together, after the provider is asked once more (409
-// provider_disagrees when its final answer says otherwise).
+// provider_disagrees when its answer rules the resolution out, as for a payment).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

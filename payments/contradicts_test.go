@@ -1,0 +1,36 @@
+package payments
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/providers"
+)
+
+// What an operator may decide against each answer of the provider.
+func TestContradicts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		outcome    providers.Outcome
+		providerID string
+		succeeded  bool // the operator's decision
+		refused    bool
+	}{
+		{"SucceededAgreed", providers.OutcomeSucceeded, "tx_1", true, false},
+		{"SucceededFailedIt", providers.OutcomeSucceeded, "tx_1", false, true},
+		{"FailedAgreed", providers.OutcomeFailed, "tx_1", false, false},
+		{"FailedSucceededIt", providers.OutcomeFailed, "tx_1", true, true},
+		{"InFlightFailedIt", providers.OutcomePending, "tx_1", false, true},
+		{"InFlightSucceededIt", providers.OutcomePending, "tx_1", true, true},
+		{"NothingFoundYetFailedIt", providers.OutcomePending, "", false, false}, // Stripe's search before it indexed
+		{"NothingFoundYetSucceededIt", providers.OutcomePending, "", true, true},
+		{"NotFoundFailedIt", providers.OutcomeNotFound, "", false, false},
+		{"NotFoundSucceededIt", providers.OutcomeNotFound, "", true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.refused, contradicts(tt.outcome, tt.providerID, tt.succeeded))
+		})
+	}
+}
