@@ -282,7 +282,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the\nway the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)\nand the audit event commit together. The provider is asked once more first; when its answer rules the\nresolution out — final and otherwise, still in flight at the provider, or nothing there for \"succeeded\" —\nnothing changes (409 provider_disagrees, with what it said).",
+                "description": "Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the\nway the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)\nand the audit event commit together. The provider is asked once more first; when its answer rules the\nresolution out — final and otherwise; \"succeeded\" while it is in flight or not there; \"failed\" while in flight, before review —\nnothing changes (409 provider_disagrees, with what it said).",
                 "consumes": [
                     "application/json"
                 ],

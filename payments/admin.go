@@ -58,15 +58,19 @@ type Resolution struct {
 // for good (nothing looks at a resolved payment again):
 //   - a final answer must be the decision;
 //   - a charge or refund the provider has and is still working on (pending,
-//     with its id) is neither yet: it may still succeed, or fail;
+//     with its id) may yet succeed or fail: not "succeeded", and "failed"
+//     only once it is in review (pending past REVIEW_AFTER: abandoned at a
+//     checkout, waiting on the customer, a state the provider never leaves
+//     by itself) — should it succeed after all, the provider's webhook
+//     raises an ERROR (HandleWebhook);
 //   - nothing there (not found, or pending with nothing found, as Stripe's
 //     search answers before it has indexed a charge) can only have failed.
-func contradicts(outcome providers.Outcome, providerID string, succeeded bool) bool {
+func contradicts(outcome providers.Outcome, providerID string, succeeded, inReview bool) bool {
 	switch {
 	case outcome.Final():
 		return (outcome == providers.OutcomeSucceeded) != succeeded
 	case outcome == providers.OutcomePending && providerID != "":
-		return true
+		return succeeded || !inReview
 	default:
 		return succeeded
 	}
@@ -79,7 +83,7 @@ func providerDisagrees(outcome providers.Outcome, idField, id, failureCode strin
 	detail := "the provider's final answer contradicts this resolution"
 	switch {
 	case outcome == providers.OutcomePending && id != "":
-		detail = "the provider is still working on it: wait for it to settle (the sweeper records it), or cancel it at the provider first"
+		detail = "the provider is still working on it: wait for it to settle (the sweeper records it), or for review to fail it"
 	case !outcome.Final():
 		detail = "the provider has no record of it: it cannot have succeeded"
 	}
@@ -135,7 +139,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
 	if res, err := s.lookup(ctx, &p); err == nil {
-		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded) {
+		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded, p.Status == StatusRequiresReview) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_transaction_id", res.TransactionID, res.FailureCode))
 		}
 		if res.Outcome.Final() {
@@ -240,7 +244,7 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
 	if res, err := s.lookupRefund(ctx, &r); err == nil {
-		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded) {
+		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded, r.Status == RefundRequiresReview) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
 		}
 		if res.Outcome.Final() {

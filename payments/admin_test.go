@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
 
@@ -167,20 +170,13 @@ func TestOperatorDesk(t *testing.T) {
 		require.NotEmpty(t, queue)
 		noNote := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed"})
 		require.Equal(t, http.StatusBadRequest, noNote.StatusCode)
-		// The provider still has the charge in flight: it may yet
-		// succeed, or fail, so neither is the operator's to say.
-		for _, decision := range []string{"failed", "succeeded"} {
-			r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": decision, "note": "x"})
-			require.Equal(t, http.StatusConflict, r.StatusCode, string(r.Body))
-			require.Equal(t, "provider_disagrees", r.Code(t))
-			require.Equal(t, "pending", r.JSON(t)["provider_outcome"])
-		}
-		// Cancelled at the provider, say: it has no record of it now.
-		require.NoError(t, g.App.DB().Exec(`DELETE FROM simulator_charges WHERE reference = ?`,
-			ledgerByKey(t, g, a.ID, "rev").ProviderReference).Error)
-		gone := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "x"})
-		require.Equal(t, http.StatusConflict, gone.StatusCode, "nothing there cannot have succeeded: %s", gone.Body)
-		require.Equal(t, "not_found", gone.JSON(t)["provider_outcome"])
+		// The provider still has the charge in flight: it has not
+		// succeeded, whatever the operator thinks.
+		inFlight := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "x"})
+		require.Equal(t, http.StatusConflict, inFlight.StatusCode, string(inFlight.Body))
+		require.Equal(t, "provider_disagrees", inFlight.Code(t))
+		require.Equal(t, "pending", inFlight.JSON(t)["provider_outcome"])
+		// In review, failing it is the operator's call (abandoned).
 		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "no such charge at the provider"})
 		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
 		require.Equal(t, "failed", r.JSON(t)["status"])
@@ -366,7 +362,7 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 		map[string]any{"status": "failed", "note": "x"}).Code(t))
 
 	ageKeys(t, g, time.Hour) // the sweep's and the retry's leases lapse
-	pending := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	pending := adminDo(g, "POST", "/admin/v1/refunds/"+flagID+"/resolve", map[string]any{"status": "succeeded", "note": "looks done"})
 	require.Equal(t, http.StatusConflict, pending.StatusCode, "still in flight at the provider: %s", pending.Body)
 	require.Equal(t, "pending", pending.JSON(t)["provider_outcome"])
 	require.NoError(t, g.App.DB().Exec(`DELETE FROM simulator_refunds WHERE reference =
@@ -463,4 +459,42 @@ func TestResolveDecidesOnThePaymentAsItIsOnceItsKeyIsTaken(t *testing.T) {
 	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	require.EqualValues(t, ledger.Attempts, replay.JSON(t)["payment"].(map[string]any)["attempts"],
 		"the stored answer is the ledger's payment")
+}
+
+// A payment in review that the provider still has pending (abandoned at a
+// checkout, say) can be failed by an operator; should the provider charge
+// it after all, its webhook raises an ERROR naming the payment, for a
+// person to refund the charge — the ledger and the merchant's stored answer
+// stay what the operator decided.
+func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	first := g.Pay(m, "abandoned", body(paystacktest.TokenPending))
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	id := first.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	require.Equal(t, 1, sweep(t, g).Review)
+	ageKeys(t, g, time.Hour)
+	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "customer abandoned checkout"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.NotContains(t, g.Logs.String(), "refund it at the provider")
+
+	ref := ledgerByKey(t, g, m.ID, "abandoned").ProviderReference
+	require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	hook := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.Equal(t, "final", hook.JSON(t)["status"])
+	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "abandoned").Status)
+	var line map[string]any
+	for _, l := range strings.Split(g.Logs.String(), "\n") {
+		if strings.Contains(l, "refund it at the provider") {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.NotNil(t, line, g.Logs.String())
+	require.Equal(t, "ERROR", line["level"])
+	require.Equal(t, id, line["payment_id"])
 }

@@ -186,7 +186,7 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Description  Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // @Description  way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 // @Description  and the audit event commit together. The provider is asked once more first; when its answer rules the
-// @Description  resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// @Description  resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 // @Description  nothing changes (409 provider_disagrees, with what it said).
 // @Tags         admin
 // @Accept       json

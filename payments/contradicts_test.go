@@ -16,21 +16,23 @@ func TestContradicts(t *testing.T) {
 		outcome    providers.Outcome
 		providerID string
 		succeeded  bool // the operator's decision
+		inReview   bool
 		refused    bool
 	}{
-		{"SucceededAgreed", providers.OutcomeSucceeded, "tx_1", true, false},
-		{"SucceededFailedIt", providers.OutcomeSucceeded, "tx_1", false, true},
-		{"FailedAgreed", providers.OutcomeFailed, "tx_1", false, false},
-		{"FailedSucceededIt", providers.OutcomeFailed, "tx_1", true, true},
-		{"InFlightFailedIt", providers.OutcomePending, "tx_1", false, true},
-		{"InFlightSucceededIt", providers.OutcomePending, "tx_1", true, true},
-		{"NothingFoundYetFailedIt", providers.OutcomePending, "", false, false}, // Stripe's search before it indexed
-		{"NothingFoundYetSucceededIt", providers.OutcomePending, "", true, true},
-		{"NotFoundFailedIt", providers.OutcomeNotFound, "", false, false},
-		{"NotFoundSucceededIt", providers.OutcomeNotFound, "", true, true},
+		{"SucceededAgreed", providers.OutcomeSucceeded, "tx_1", true, true, false},
+		{"SucceededFailedIt", providers.OutcomeSucceeded, "tx_1", false, true, true},
+		{"FailedAgreed", providers.OutcomeFailed, "tx_1", false, true, false},
+		{"FailedSucceededIt", providers.OutcomeFailed, "tx_1", true, true, true},
+		{"InFlightFailedItBeforeReview", providers.OutcomePending, "tx_1", false, false, true},
+		{"InFlightFailedItInReview", providers.OutcomePending, "tx_1", false, true, false}, // abandoned, say
+		{"InFlightSucceededIt", providers.OutcomePending, "tx_1", true, true, true},
+		{"NothingFoundYetFailedIt", providers.OutcomePending, "", false, false, false}, // Stripe's search before it indexed
+		{"NothingFoundYetSucceededIt", providers.OutcomePending, "", true, true, true},
+		{"NotFoundFailedIt", providers.OutcomeNotFound, "", false, false, false},
+		{"NotFoundSucceededIt", providers.OutcomeNotFound, "", true, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.refused, contradicts(tt.outcome, tt.providerID, tt.succeeded))
+			require.Equal(t, tt.refused, contradicts(tt.outcome, tt.providerID, tt.succeeded, tt.inReview))
 		})
 	}
 }

@@ -108,6 +108,9 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 		return WebhookResult{Status: string(st), PaymentID: p.ID}, nil
 	}
 	if final(p.Status) {
+		if p.Status == StatusFailed && p.FailureCode == FailureResolved {
+			s.chargedAfterResolution(ctx, &p)
+		}
 		return WebhookResult{Status: "final", PaymentID: p.ID}, nil
 	}
 	claim, ok, err := s.keys.TakeOver(ctx, idempotency.TakeOverParams{MerchantID: tenantID, Key: p.IdempotencyKey, Lease: s.cfg.Lease})
@@ -184,4 +187,21 @@ func webhookToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// chargedAfterResolution looks up a payment an operator resolved as
+// failed — allowed in review while the provider still had it pending —
+// when the provider says something happened to it, and raises an ERROR if
+// the provider charged it after all: the ledger and the provider now
+// disagree, and a person must refund the charge at the provider (or the
+// customer keeps what they paid for). Nothing is changed here: the
+// merchant was answered failed, and its key replays that.
+func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) {
+	res, err := s.lookup(ctx, p)
+	if err != nil || res.Outcome != providers.OutcomeSucceeded {
+		return
+	}
+	s.cfg.Log.ErrorContext(ctx, "the provider charged a payment an operator resolved as failed; refund it at the provider",
+		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
+		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
 }

@@ -1713,7 +1713,7 @@ type ClientInterface interface {
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 	// and the audit event commit together. The provider is asked once more first; when its answer rules the
-	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes any type of body and a specified content type.
@@ -1726,7 +1726,7 @@ type ClientInterface interface {
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 	// and the audit event commit together. The provider is asked once more first; when its answer rules the
-	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes a body of the `application/json` content type.
@@ -2138,7 +2138,7 @@ func (c *Client) AdminGetPayment(ctx context.Context, id string, reqEditors ...R
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 // and the audit event commit together. The provider is asked once more first; when its answer rules the
-// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 // nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes any type of body and a specified content type.
@@ -2161,7 +2161,7 @@ func (c *Client) AdminResolvePaymentWithBody(ctx context.Context, id string, con
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 // and the audit event commit together. The provider is asked once more first; when its answer rules the
-// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 // nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes a body of the `application/json` content type.
@@ -4756,7 +4756,7 @@ type ClientWithResponsesInterface interface {
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 	// and the audit event commit together. The provider is asked once more first; when its answer rules the
-	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4769,7 +4769,7 @@ type ClientWithResponsesInterface interface {
 	// Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 	// way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 	// and the audit event commit together. The provider is asked once more first; when its answer rules the
-	// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+	// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 	// nothing changes (409 provider_disagrees, with what it said).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -8889,7 +8889,7 @@ func (c *ClientWithResponses) AdminGetPaymentWithResponse(ctx context.Context, i
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 // and the audit event commit together. The provider is asked once more first; when its answer rules the
-// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 // nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8908,7 +8908,7 @@ func (c *ClientWithResponses) AdminResolvePaymentWithBodyWithResponse(ctx contex
 // Settles a payment in review (or processing, untouched for SWEEP_STALE_AFTER) as succeeded or failed, the
 // way the sweeper would: the ledger, the key's stored answer (the merchant's retry replays the resolution)
 // and the audit event commit together. The provider is asked once more first; when its answer rules the
-// resolution out — final and otherwise, still in flight at the provider, or nothing there for "succeeded" —
+// resolution out — final and otherwise; "succeeded" while it is in flight or not there; "failed" while in flight, before review —
 // nothing changes (409 provider_disagrees, with what it said).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
