@@ -93,7 +93,7 @@ func TestInterruptUndoesTheRun(t *testing.T) {
 		require.NoError(t, p.Start())
 		fmt.Printf("child %d database %s\n", p.Pid(), db.Name)
 		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
-		time.Sleep(time.Minute) // CatchInterrupts exits first
+		time.Sleep(2 * time.Minute) // CatchInterrupts exits first, its drop given a minute
 		return
 	}
 	t.Parallel()
