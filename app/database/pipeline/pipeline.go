@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,14 +112,13 @@ type Stats struct {
 type call struct {
 	sql  string
 	args []any
-	// mu is held by the lane while it reads args (encodes and sends the
-	// statement), and taken by a caller that stops waiting to mark the
-	// call left: once do has returned, what args point to may be the
-	// caller's again (a request's buffers, reused for the next request),
-	// and nothing reads them any more — a statement not sent by then is
-	// answered instead of run (hold).
-	mu   sync.Mutex
-	left bool
+	// left is set by a caller that stops waiting (do returned its
+	// error): a statement not sent by then is answered instead of run,
+	// and one whose batch was rolled back is not run again (hold, take).
+	// Its arguments must stay as they were until the statement is
+	// answered — a lane may be sending it at the moment its caller leaves
+	// — but nothing reads them after that send.
+	left atomic.Bool
 	exec bool // from ExecContext: no rows wanted
 	res  result
 	done chan struct{}
@@ -223,11 +223,7 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) 
 		}
 		return c.res
 	case <-ctx.Done():
-		// Waits, if a lane is sending the statement right now, until it
-		// has (the arguments are read by then).
-		c.mu.Lock()
-		c.left = true
-		c.mu.Unlock()
+		c.left.Store(true)
 		return result{err: ctx.Err()}
 	}
 }
@@ -330,12 +326,12 @@ func (p *Pipeline) ready(conn *pgx.Conn, used, born time.Time) (*pgx.Conn, time.
 	return conn, time.Now(), nil
 }
 
-// hold takes the calls of batch to send (call.mu, until release), and
-// answers and leaves out those whose callers have stopped waiting. Only
-// for statements not sent yet, or rolled back and about to go again: the
-// caller was told the outcome is unknown, and not running the statement
-// keeps that true — where reading arguments the caller may have reused
-// would write another request's bytes under this one's statement.
+// hold answers, and leaves out of batch, the calls whose callers have
+// stopped waiting (call.left). Only for statements not sent yet, or rolled
+// back and about to go again: the caller was told the outcome is unknown,
+// and not running the statement keeps that true — where reading arguments
+// the caller may have reused since would write another request's bytes
+// under this one's statement.
 func hold(batch []*call) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
@@ -346,23 +342,15 @@ func hold(batch []*call) []*call {
 	return kept
 }
 
-// take holds c for sending, or answers it when its caller has left.
+// take reports whether c is to be sent, and answers it when its caller
+// has left.
 func take(c *call) bool {
-	c.mu.Lock()
-	if !c.left {
+	if !c.left.Load() {
 		return true
 	}
-	c.mu.Unlock()
 	c.res = result{err: errLeft}
 	close(c.done)
 	return false
-}
-
-// release ends hold: the statements are sent, their arguments read.
-func release(batch []*call) {
-	for _, c := range batch {
-		c.mu.Unlock()
-	}
 }
 
 // errLeft answers a call nobody waits for any more.
@@ -408,7 +396,6 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 		b.Queue(c.sql, c.args...)
 	}
 	br := conn.SendBatch(ctx, &b)
-	release(batch)
 	var sent error // the first error of a statement, as the server or pgx gave it
 	ran := 0       // statements answered before it
 	for _, c := range batch {
@@ -536,11 +523,9 @@ func (p *Pipeline) patiently(ctx context.Context, c *call) result {
 	return r
 }
 
-// single runs c alone on conn. c is held (hold, take); single releases it
-// once the statement is sent.
+// single runs c alone on conn.
 func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
 	rows, err := conn.Query(ctx, c.sql, c.args...)
-	c.mu.Unlock()
 	if err == nil {
 		r = collect(conn, rows)
 		err = r.err
