@@ -436,13 +436,7 @@ func TestResolveDecidesOnThePaymentAsItIsOnceItsKeyIsTaken(t *testing.T) {
 	g, _ = apptest.Serve(t, a, logs)
 	m = g.Onboard(map[string]any{"default_provider": "paystack",
 		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
-	first := g.Pay(m, "raced", body(paystacktest.TokenPending))
-	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
-	id := first.JSON(t)["id"].(string)
-	ageKeys(t, g, time.Hour)
-	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
-	require.Equal(t, 1, sweep(t, g).Review)
-	ageKeys(t, g, time.Hour)
+	id := pendingInReview(t, g, m, "raced")
 
 	// Paystack cannot be asked (the operator's call to make), by the
 	// retry nor by Resolve.
@@ -469,13 +463,7 @@ func TestResolveDecidesOnThePaymentAsItIsOnceItsKeyIsTaken(t *testing.T) {
 func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
 	t.Parallel()
 	ps, g, m := paystackMerchant(t)
-	first := g.Pay(m, "abandoned", body(paystacktest.TokenPending))
-	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
-	id := first.JSON(t)["id"].(string)
-	ageKeys(t, g, time.Hour)
-	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
-	require.Equal(t, 1, sweep(t, g).Review)
-	ageKeys(t, g, time.Hour)
+	id := pendingInReview(t, g, m, "abandoned")
 	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "customer abandoned checkout"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
 	require.NotContains(t, g.Logs.String(), "refund it at the provider")
@@ -497,4 +485,17 @@ func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
 	require.NotNil(t, line, g.Logs.String())
 	require.Equal(t, "ERROR", line["level"])
 	require.Equal(t, id, line["payment_id"])
+}
+
+// pendingInReview makes a Paystack payment that the provider still holds
+// pending past REVIEW_AFTER: in review, its key's leases lapsed.
+func pendingInReview(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key string) string {
+	t.Helper()
+	first := g.Pay(m, key, body(paystacktest.TokenPending))
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	require.Equal(t, 1, sweep(t, g).Review)
+	ageKeys(t, g, time.Hour)
+	return first.JSON(t)["id"].(string)
 }
