@@ -58,7 +58,7 @@ WITH claim AS (
   SELECT 'ten_pgbench', 'evt_' || (:k)::text || '_' || (:client_id)::text, 'payment.succeeded', 'pay_' || (:k)::text || '_' || (:client_id)::text, 'payment.succeeded/pay_' || (:k)::text || '_' || (:client_id)::text,
     '{"id":"evt_x","type":"payment.succeeded","data":{"object":{"id":"pay_x","object":"payment","amount":5000,"currency":"NGN","status":"succeeded","provider":"simulator","email":"ada@example.com","metadata":{}}}}',
     statement_timestamp(), CASE WHEN EXISTS (SELECT 1 FROM webhook_endpoints WHERE merchant_id = 'ten_pgbench' AND disabled_at IS NULL) THEN NULL ELSE statement_timestamp() END
-  WHERE EXISTS (SELECT 1 FROM resource) ON CONFLICT DO NOTHING RETURNING 1
+  WHERE EXISTS (SELECT 1 FROM resource) ON CONFLICT (merchant_id, dedupe) DO NOTHING RETURNING 1
 ), done AS (
   UPDATE idempotency_keys
   SET status = 'done', status_code = 201, completed_at = now(),
