@@ -59,18 +59,21 @@ type Resolution struct {
 //   - a final answer must be the decision;
 //   - a charge or refund the provider has and is still working on (pending,
 //     with its id) may yet succeed or fail: not "succeeded", and "failed"
-//     only once it is in review (pending past REVIEW_AFTER: abandoned at a
-//     checkout, waiting on the customer, a state the provider never leaves
-//     by itself) — should it succeed after all, the provider's webhook
-//     raises an ERROR (HandleWebhook);
+//     only when abandonable — a payment in review (pending past
+//     REVIEW_AFTER: abandoned at a checkout, waiting on the customer, a
+//     state the provider never leaves by itself); should it be charged
+//     after all, HandleWebhook, and Resolve's look once it has committed,
+//     raise an ERROR. Never a refund: providers hold refunds pending for
+//     days and then pay them out, and a failed one gives its amount back to
+//     be refunded again — the customer would be refunded twice;
 //   - nothing there (not found, or pending with nothing found, as Stripe's
 //     search answers before it has indexed a charge) can only have failed.
-func contradicts(outcome providers.Outcome, providerID string, succeeded, inReview bool) bool {
+func contradicts(outcome providers.Outcome, providerID string, succeeded, abandonable bool) bool {
 	switch {
 	case outcome.Final():
 		return (outcome == providers.OutcomeSucceeded) != succeeded
 	case outcome == providers.OutcomePending && providerID != "":
-		return succeeded || !inReview
+		return succeeded || !abandonable
 	default:
 		return succeeded
 	}
@@ -83,13 +86,18 @@ func providerDisagrees(outcome providers.Outcome, idField, id, failureCode strin
 	detail := "the provider's final answer contradicts this resolution"
 	switch {
 	case outcome == providers.OutcomePending && id != "":
-		detail = "the provider is still working on it: wait for it to settle (the sweeper records it), or for review to fail it"
+		detail = "the provider is still working on it: wait for it to settle (the sweeper records it)"
 	case !outcome.Final():
 		detail = "the provider has no record of it: it cannot have succeeded"
 	}
-	return problem.New(fiber.StatusConflict, "provider_disagrees", detail).
-		With("provider_outcome", string(outcome)).With(idField, id).
-		With("provider_failure_code", failureCode)
+	p := problem.New(fiber.StatusConflict, "provider_disagrees", detail).With("provider_outcome", string(outcome))
+	if id != "" {
+		p = p.With(idField, id)
+	}
+	if failureCode != "" {
+		p = p.With("provider_failure_code", failureCode)
+	}
+	return p
 }
 
 // Resolve settles a payment in review or processing, its last attempt
@@ -244,7 +252,7 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
 	if res, err := s.lookupRefund(ctx, &r); err == nil {
-		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded, r.Status == RefundRequiresReview) {
+		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded, false) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
 		}
 		if res.Outcome.Final() {

@@ -396,6 +396,15 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 	require.Equal(t, "failed", ev["after"].(map[string]any)["status"])
 	require.Len(t, g.Get(m, "/v1/events?type=refund.failed").JSON(t)["data"], 1)
 
+	// In review, but the provider still has it pending: failing it (its
+	// amount given back to be refunded again) is refused too, as providers
+	// pay pending refunds out days later.
+	held := adminDo(g, "POST", "/admin/v1/refunds/"+lateID+"/resolve", map[string]any{"status": "failed", "note": "stuck for a day"})
+	require.Equal(t, http.StatusConflict, held.StatusCode, string(held.Body))
+	require.Equal(t, "provider_disagrees", held.Code(t))
+	require.Equal(t, "pending", held.JSON(t)["provider_outcome"])
+	require.NotContains(t, held.JSON(t), "provider_failure_code", "no empty fields")
+
 	// The provider has refunded the late one by now: failing it is refused.
 	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_refunds", "settle_at")
 	no := adminDo(g, "POST", "/admin/v1/refunds/"+lateID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
