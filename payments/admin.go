@@ -146,12 +146,13 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	if r.Status == StatusFailed {
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
+	told := false // the provider gave a final answer (which the decision is)
 	if res, err := s.lookup(ctx, &p); err == nil {
 		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded, p.Status == StatusRequiresReview) {
 			return giveBack(providerDisagrees(res.Outcome, "provider_transaction_id", res.TransactionID, res.FailureCode))
 		}
 		if res.Outcome.Final() {
-			f.TransactionID = res.TransactionID
+			f.TransactionID, told = res.TransactionID, true
 		}
 	}
 	before := p.View()
@@ -184,6 +185,15 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	}
 	s.observe(&p)
 	s.cfg.Log.WarnContext(ctx, "payment resolved by an operator", "merchant_id", p.MerchantID, "payment_id", p.ID, "status", string(p.Status))
+	if p.Status == StatusFailed && !told {
+		// The charge may have landed since the look above, and its webhook
+		// come while the key was ours and been put off (deferred) for us
+		// to settle: look once more, now nothing else will.
+		if err := s.chargedAfterResolution(ctx, &p); err != nil {
+			s.cfg.Log.WarnContext(ctx, "payment resolved as failed: the provider could not be asked again; its next webhook is checked",
+				"merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
+		}
+	}
 	return p, nil
 }
 

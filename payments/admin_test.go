@@ -481,10 +481,70 @@ func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
 	require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
 	h, raw, err := ps.Webhook(ref)
 	require.NoError(t, err)
+	// Paystack cannot be asked when its event comes: the event may be the
+	// only word of the charge, so it must come again.
+	ps.FailNext(http.StatusInternalServerError)
+	unsure := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusServiceUnavailable, unsure.StatusCode, string(unsure.Body))
+	require.Equal(t, "provider_unavailable", unsure.Code(t))
+	require.NotContains(t, g.Logs.String(), "refund it at the provider")
 	hook := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
 	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
 	require.Equal(t, "final", hook.JSON(t)["status"])
 	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "abandoned").Status)
+	var line map[string]any
+	for _, l := range strings.Split(g.Logs.String(), "\n") {
+		if strings.Contains(l, "refund it at the provider") {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.NotNil(t, line, g.Logs.String())
+	require.Equal(t, "ERROR", line["level"])
+	require.Equal(t, id, line["payment_id"])
+}
+
+// A charge that lands while an operator's resolution holds the key has
+// its webhook put off (deferred) — and then the resolution commits
+// "failed". Resolve looks once more after committing, and raises the
+// ERROR the webhook would have.
+func TestAChargeThatLandsDuringAnOperatorsResolutionIsAnError(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	a, logs, _ := apptest.Build(t, apptest.Env("PAYSTACK_BASE_URL", ps.URL))
+	var (
+		g     *apptest.Gateway
+		m     apptest.Merchant
+		ref   string
+		armed atomic.Bool
+		hook  apptest.Response
+	)
+	require.NoError(t, a.DB().Callback().Update().Before("gorm:update").Register("charge_lands_during_resolve", func(tx *gorm.DB) {
+		if tx.Statement.Table == "payments" && armed.CompareAndSwap(true, false) {
+			if err := ps.Settle(ref, providers.OutcomeSucceeded); err != nil {
+				tx.AddError(err)
+				return
+			}
+			h, raw, err := ps.Webhook(ref)
+			if err != nil {
+				tx.AddError(err)
+				return
+			}
+			hook = g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		}
+	}))
+	g, _ = apptest.Serve(t, a, logs)
+	m = g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	id := pendingInReview(t, g, m, "late")
+	ref = ledgerByKey(t, g, m.ID, "late").ProviderReference
+
+	armed.Store(true)
+	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "customer abandoned checkout"})
+	require.False(t, armed.Load(), "the charge landed during the resolution")
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.Equal(t, "deferred", hook.JSON(t)["status"], "the key was the operator's")
+	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "late").Status)
 	var line map[string]any
 	for _, l := range strings.Split(g.Logs.String(), "\n") {
 		if strings.Contains(l, "refund it at the provider") {

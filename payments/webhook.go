@@ -109,7 +109,13 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	if final(p.Status) {
 		if p.Status == StatusFailed && p.FailureCode == FailureResolved {
-			s.chargedAfterResolution(ctx, &p)
+			if err := s.chargedAfterResolution(ctx, &p); err != nil {
+				// This event may be the only word of a late charge: the
+				// provider must send it again.
+				s.cfg.Log.WarnContext(ctx, "webhook for a payment an operator failed: lookup failed", "payment_id", p.ID, "err", err)
+				return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+					"could not confirm the event with the provider; retry later").WithRetryAfter(30)
+			}
 		}
 		return WebhookResult{Status: "final", PaymentID: p.ID}, nil
 	}
@@ -191,17 +197,19 @@ func webhookToken(s string) bool {
 
 // chargedAfterResolution looks up a payment an operator resolved as
 // failed — allowed in review while the provider still had it pending —
-// when the provider says something happened to it, and raises an ERROR if
-// the provider charged it after all: the ledger and the provider now
-// disagree, and a person must refund the charge at the provider (or the
-// customer keeps what they paid for). Nothing is changed here: the
-// merchant was answered failed, and its key replays that.
-func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) {
+// once the resolution has committed and whenever the provider says
+// something happened to it, and raises an ERROR if the provider charged it
+// after all: the ledger and the provider now disagree, and a person must
+// refund the charge at the provider (or the customer keeps what they paid
+// for). Nothing is changed here: the merchant was answered failed, and its
+// key replays that. The error is the lookup's: nobody could tell.
+func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) error {
 	res, err := s.lookup(ctx, p)
 	if err != nil || res.Outcome != providers.OutcomeSucceeded {
-		return
+		return err
 	}
 	s.cfg.Log.ErrorContext(ctx, "the provider charged a payment an operator resolved as failed; refund it at the provider",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
+	return nil
 }
