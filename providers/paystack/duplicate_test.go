@@ -55,3 +55,48 @@ func TestDuplicateOnAny4xxIsLookedUp(t *testing.T) {
 		require.Equal(t, providers.OutcomeSucceeded, res.Outcome, "HTTP %d", status)
 	}
 }
+
+// A merchant that passes Paystack's fees on to its customers sees them in
+// amount, and what it asked for in requested_amount: the charge is the
+// payment's, found by a duplicate reference or a lookup alike. Another
+// amount asked for is another charge.
+func TestFeesPassedOnAreNotAnotherAmount(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		requested string
+		conflict  bool
+	}{
+		{"FeesPassedOn", `"requested_amount":5000,`, false},
+		{"NoRequestedAmount", ``, true},
+		{"AnotherAmountAsked", `"requested_amount":4925,`, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if strings.HasSuffix(r.URL.Path, "/transaction/charge_authorization") {
+					w.WriteHeader(http.StatusBadRequest)
+					_, _ = w.Write([]byte(`{"status":false,"message":"Duplicate Transaction Reference"}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{"status":true,"message":"Verification successful","data":{"id":4099260516,` +
+					`"status":"success","reference":"op-fees","amount":5075,` + tt.requested + `"fees":75,"currency":"NGN"}}`))
+			}))
+			defer srv.Close()
+			p, err := paystack.New(paystack.Config{BaseURL: srv.URL, Timeout: 2 * time.Second})(providers.Secrets{"secret_key": "sk_test_x"})
+			require.NoError(t, err)
+			res, err := p.Charge(context.Background(), providers.ChargeRequest{
+				Reference: "op-fees", Amount: 5000, Currency: "NGN", Email: "ada@example.com", PaymentMethod: "AUTH_x"})
+			if tt.conflict {
+				require.ErrorIs(t, err, providers.ErrReferenceConflict)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
+			require.EqualValues(t, 5000, res.Amount)
+			found, err := p.Lookup(context.Background(), "op-fees")
+			require.NoError(t, err)
+			require.EqualValues(t, 5000, found.Amount, "the payment's amount, for the lookup's check")
+		})
+	}
+}

@@ -79,11 +79,22 @@ type transaction struct {
 	Status          string      `json:"status"`
 	Reference       string      `json:"reference"`
 	Amount          json.Number `json:"amount"`
+	RequestedAmount json.Number `json:"requested_amount"`
 	Currency        string      `json:"currency"`
 	GatewayResponse string      `json:"gateway_response"`
 	Customer        struct {
 		Email string `json:"email"`
 	} `json:"customer"`
+}
+
+// asked is the amount the charge was asked for: requested_amount when
+// Paystack gives one, since amount also holds the fees of a merchant that
+// passes them on to its customers (requested_amount is amount less them).
+func (tx transaction) asked() string {
+	if n, err := tx.RequestedAmount.Int64(); err == nil && n > 0 {
+		return tx.RequestedAmount.String()
+	}
+	return tx.Amount.String()
 }
 
 type chargeBody struct {
@@ -154,7 +165,7 @@ func (p *Provider) lookupDuplicate(ctx context.Context, req providers.ChargeRequ
 		// cannot tell which is right.
 		return providers.Result{}, fmt.Errorf("%s: %w: duplicate reference not found on verify", Name, providers.ErrUnknown)
 	}
-	if tx.Amount.String() != fmt.Sprint(req.Amount) || !strings.EqualFold(tx.Currency, req.Currency) ||
+	if tx.asked() != fmt.Sprint(req.Amount) || !strings.EqualFold(tx.Currency, req.Currency) ||
 		(tx.Customer.Email != "" && req.Email != "" && !strings.EqualFold(tx.Customer.Email, req.Email)) {
 		return providers.Result{}, fmt.Errorf("%s: %w: %w: reference holds another amount, currency or customer",
 			Name, providers.ErrUnknown, providers.ErrReferenceConflict)
@@ -230,7 +241,7 @@ func result(tx transaction) providers.Result {
 	}
 	// Kobo (minor units) already; an amount that is not an integer stays
 	// 0, which no payment has.
-	r.Amount, _ = strconv.ParseInt(tx.Amount.String(), 10, 64)
+	r.Amount, _ = strconv.ParseInt(tx.asked(), 10, 64)
 	r.Currency = strings.ToUpper(tx.Currency)
 	return r
 }
