@@ -51,6 +51,8 @@ const docTemplate = `{
                             "tenant.provider_secrets_changed",
                             "payment.resolved",
                             "refund.resolved",
+                            "payment.resolution_refused",
+                            "refund.resolution_refused",
                             "webhook_endpoint.disabled"
                         ],
                         "type": "string",

@@ -149,6 +149,8 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	told := false // the provider gave a final answer (which the decision is)
 	if res, err := s.lookup(ctx, &p); err == nil {
 		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded, p.Status == StatusRequiresReview) {
+			s.refused(ctx, audit.Change{Action: audit.PaymentResolutionRefused, TargetType: "payment", TargetID: p.ID,
+				TenantID: p.MerchantID, Before: resolvedView(p.View()), After: refusedView(string(r.Status), res), Note: r.Note})
 			return giveBack(providerDisagrees(res.Outcome, "provider_transaction_id", res.TransactionID, res.FailureCode))
 		}
 		if res.Outcome.Final() {
@@ -195,6 +197,23 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 		}
 	}
 	return p, nil
+}
+
+// refused records a resolution the provider's answer ruled out: nothing
+// changed, but an operator tried it, which the audit log keeps as it keeps
+// every operator action. A record that cannot be written does not turn the
+// refusal into an error.
+func (s *Service) refused(ctx context.Context, c audit.Change) {
+	if err := audit.Record(ctx, s.db, c); err != nil {
+		s.cfg.Log.WarnContext(ctx, "a refused resolution could not be audited", "target_id", c.TargetID, "err", err)
+	}
+}
+
+// refusedView is what the audit log keeps of a refused resolution: the
+// operator's decision and the provider's answer that ruled it out.
+func refusedView(decision string, res providers.Result) map[string]any {
+	return map[string]any{"decision": decision, "provider_outcome": string(res.Outcome),
+		"provider_id": res.TransactionID, "provider_failure_code": res.FailureCode}
 }
 
 // resolvedView is what the audit log keeps of a payment: no payment
@@ -263,6 +282,10 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 	}
 	if res, err := s.lookupRefund(ctx, &r); err == nil {
 		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded, false) {
+			s.refused(ctx, audit.Change{Action: audit.RefundResolutionRefused, TargetType: "refund", TargetID: r.ID,
+				TenantID: r.MerchantID, Before: refundAuditView(&r),
+				After: refusedView(string(d.Status), providers.Result{Outcome: res.Outcome, TransactionID: res.RefundID, FailureCode: res.FailureCode}),
+				Note: d.Note})
 			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
 		}
 		if res.Outcome.Final() {

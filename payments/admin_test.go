@@ -216,6 +216,20 @@ func TestOperatorDesk(t *testing.T) {
 		require.Equal(t, "provider_disagrees", no.Code(t))
 		require.Equal(t, "succeeded", no.JSON(t)["provider_outcome"])
 		require.Equal(t, "processing", string(ledgerByKey(t, g, a.ID, "charged").Status))
+		// Refused, and kept: an operator tried it.
+		tried := adminDo(g, "GET", "/admin/v1/audit-events?action=payment.resolution_refused&tenant_id="+a.ID, nil)
+		require.Equal(t, http.StatusOK, tried.StatusCode, string(tried.Body))
+		var refusal map[string]any
+		for _, e := range tried.JSON(t)["data"].([]any) {
+			if e.(map[string]any)["target_id"] == id {
+				refusal = e.(map[string]any)
+			}
+		}
+		require.NotNil(t, refusal, string(tried.Body))
+		require.Equal(t, "looks lost", refusal["note"])
+		require.Equal(t, "processing", refusal["before"].(map[string]any)["status"])
+		require.Equal(t, "failed", refusal["after"].(map[string]any)["decision"])
+		require.Equal(t, "succeeded", refusal["after"].(map[string]any)["provider_outcome"])
 		yes := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the provider has it"})
 		require.Equal(t, http.StatusOK, yes.StatusCode, string(yes.Body))
 		require.NotEmpty(t, yes.JSON(t)["provider_transaction_id"])
@@ -404,6 +418,18 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 	require.Equal(t, "provider_disagrees", held.Code(t))
 	require.Equal(t, "pending", held.JSON(t)["provider_outcome"])
 	require.NotContains(t, held.JSON(t), "provider_failure_code", "no empty fields")
+	var refusal map[string]any
+	for _, e := range adminDo(g, "GET", "/admin/v1/audit-events?action=refund.resolution_refused&tenant_id="+m.ID, nil).JSON(t)["data"].([]any) {
+		if e.(map[string]any)["target_id"] == lateID {
+			require.Nil(t, refusal, "one audit event per refusal")
+			refusal = e.(map[string]any)
+		}
+	}
+	require.NotNil(t, refusal, "a refused resolution is audited")
+	require.Equal(t, "stuck for a day", refusal["note"])
+	require.Equal(t, "failed", refusal["after"].(map[string]any)["decision"])
+	require.Equal(t, "pending", refusal["after"].(map[string]any)["provider_outcome"])
+	require.Equal(t, "requires_review", refusal["before"].(map[string]any)["status"])
 
 	// The provider has refunded the late one by now: failing it is refused.
 	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_refunds", "settle_at")

@@ -25,28 +25,33 @@ import (
 
 // Actions recorded.
 const (
-	TenantCreated       = "tenant.created"
-	TenantUpdated       = "tenant.updated"
-	TenantSuspended     = "tenant.suspended"
-	TenantReactivated   = "tenant.reactivated"
-	CredentialsRotated  = "tenant.credentials_rotated"
-	ProviderSecretsSet  = "tenant.provider_secrets_changed"
-	PaymentResolved     = "payment.resolved"
-	RefundResolved      = "refund.resolved"
-	EndpointDisabled    = "webhook_endpoint.disabled"
-	actorAdmin          = "admin"
-	actorSystem         = "system"
-	maxNote             = 1000
-	defaultLimit        = 50
-	maxLimit            = 200
-	requestIDContextKey = ctxKey("request_id")
+	TenantCreated      = "tenant.created"
+	TenantUpdated      = "tenant.updated"
+	TenantSuspended    = "tenant.suspended"
+	TenantReactivated  = "tenant.reactivated"
+	CredentialsRotated = "tenant.credentials_rotated"
+	ProviderSecretsSet = "tenant.provider_secrets_changed"
+	PaymentResolved    = "payment.resolved"
+	RefundResolved     = "refund.resolved"
+	// A resolution the provider's answer ruled out (409
+	// provider_disagrees): nothing changed, but an operator tried it.
+	PaymentResolutionRefused = "payment.resolution_refused"
+	RefundResolutionRefused  = "refund.resolution_refused"
+	EndpointDisabled         = "webhook_endpoint.disabled"
+	actorAdmin               = "admin"
+	actorSystem              = "system"
+	maxNote                  = 1000
+	defaultLimit             = 50
+	maxLimit                 = 200
+	requestIDContextKey      = ctxKey("request_id")
 )
 
 type ctxKey string
 
 // Actions lists every action, for validating a filter.
 var Actions = []string{TenantCreated, TenantUpdated, TenantSuspended, TenantReactivated,
-	CredentialsRotated, ProviderSecretsSet, PaymentResolved, RefundResolved, EndpointDisabled}
+	CredentialsRotated, ProviderSecretsSet, PaymentResolved, RefundResolved, PaymentResolutionRefused,
+	RefundResolutionRefused, EndpointDisabled}
 
 // Event is one row of audit_events.
 type Event struct {

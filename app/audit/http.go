@@ -42,7 +42,7 @@ type Page struct {
 // @Produce      application/problem+json
 // @Security     AdminKey
 // @Param        tenant_id query string false "Only events about this tenant"
-// @Param        action    query string false "Only this action" Enums(tenant.created, tenant.updated, tenant.suspended, tenant.reactivated, tenant.credentials_rotated, tenant.provider_secrets_changed, payment.resolved, refund.resolved, webhook_endpoint.disabled)
+// @Param        action    query string false "Only this action" Enums(tenant.created, tenant.updated, tenant.suspended, tenant.reactivated, tenant.credentials_rotated, tenant.provider_secrets_changed, payment.resolved, refund.resolved, payment.resolution_refused, refund.resolution_refused, webhook_endpoint.disabled)
 // @Param        limit     query int    false "Page size, 1 to 200" default(50) minimum(1) maximum(200)
 // @Param        cursor    query string false "The next_cursor of the previous page"
 // @Success      200 {object} Page

@@ -265,7 +265,9 @@ func (e WebhookDeliveryOutcome) Valid() bool {
 
 // Defines values for ListAuditEventsParamsAction.
 const (
+	PaymentResolutionRefused     ListAuditEventsParamsAction = "payment.resolution_refused"
 	PaymentResolved              ListAuditEventsParamsAction = "payment.resolved"
+	RefundResolutionRefused      ListAuditEventsParamsAction = "refund.resolution_refused"
 	RefundResolved               ListAuditEventsParamsAction = "refund.resolved"
 	TenantCreated                ListAuditEventsParamsAction = "tenant.created"
 	TenantCredentialsRotated     ListAuditEventsParamsAction = "tenant.credentials_rotated"
@@ -279,7 +281,11 @@ const (
 // Valid indicates whether the value is a known member of the ListAuditEventsParamsAction enum.
 func (e ListAuditEventsParamsAction) Valid() bool {
 	switch e {
+	case PaymentResolutionRefused:
+		return true
 	case PaymentResolved:
+		return true
+	case RefundResolutionRefused:
 		return true
 	case RefundResolved:
 		return true
