@@ -157,6 +157,10 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 			f.TransactionID, told = res.TransactionID, true
 		}
 	}
+	if !told {
+		// Watched: looked up again until the provider answers for good.
+		f.RecheckAfter = s.cfg.RecheckAfter
+	}
 	before := p.View()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		ok, err := s.store.Finish(ctx, tx, p.MerchantID, p.ID, f)
@@ -285,7 +289,7 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 			s.refused(ctx, audit.Change{Action: audit.RefundResolutionRefused, TargetType: "refund", TargetID: r.ID,
 				TenantID: r.MerchantID, Before: refundAuditView(&r),
 				After: refusedView(string(d.Status), providers.Result{Outcome: res.Outcome, TransactionID: res.RefundID, FailureCode: res.FailureCode}),
-				Note: d.Note})
+				Note:  d.Note})
 			return giveBack(providerDisagrees(res.Outcome, "provider_refund_id", res.RefundID, res.FailureCode))
 		}
 		if res.Outcome.Final() {

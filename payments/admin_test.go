@@ -594,3 +594,86 @@ func pendingInReview(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key s
 	ageKeys(t, g, time.Hour)
 	return first.JSON(t)["id"].(string)
 }
+
+// An operator's resolution the provider did not confirm with a final
+// answer is watched: looked up every RECHECK_AFTER, without waiting for a
+// webhook (a merchant need not have set them up), and an answer that now
+// contradicts it is an ERROR naming the payment — once.
+func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
+	t.Parallel()
+	errorsAbout := func(g *apptest.Gateway, id, msg string) int {
+		n := 0
+		for _, l := range strings.Split(g.Logs.String(), "\n") {
+			if strings.Contains(l, msg) && strings.Contains(l, id) && strings.Contains(l, `"level":"ERROR"`) {
+				n++
+			}
+		}
+		return n
+	}
+	watched := func(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key string) bool {
+		return ledgerByKey(t, g, m.ID, key).RecheckAt != nil
+	}
+	due := func(t *testing.T, g *apptest.Gateway) {
+		dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+		sweep(t, g)
+	}
+
+	t.Run("FailedThenCharged", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "abandoned")
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.True(t, watched(t, g, m, "abandoned"), "the provider still held it")
+		sweep(t, g)
+		require.True(t, watched(t, g, m, "abandoned"), "not due yet")
+
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "abandoned").ProviderReference, providers.OutcomeSucceeded))
+		due(t, g) // no webhook: the watch finds it
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
+		require.False(t, watched(t, g, m, "abandoned"), "a final answer ends the watch")
+		due(t, g)
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+		require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "abandoned").Status, "the ledger stays the operator's")
+	})
+
+	t.Run("SucceededThenDeclined", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "unsure")
+		ps.FailNext(http.StatusInternalServerError) // the provider cannot be asked: the operator's call
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the bank says paid"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.True(t, watched(t, g, m, "unsure"))
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "unsure").ProviderReference, providers.OutcomeFailed))
+		due(t, g)
+		require.Equal(t, 1, errorsAbout(g, id, "resolved as succeeded"), g.Logs.String())
+		require.False(t, watched(t, g, m, "unsure"))
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "unsure").Status)
+	})
+
+	t.Run("PendingForAWeek", func(t *testing.T) {
+		t.Parallel()
+		_, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "forever")
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		due(t, g)
+		require.True(t, watched(t, g, m, "forever"), "still pending: looked at again later")
+		dbtest.Age(t, g.App.DB(), 8*24*time.Hour, "payments", "updated_at")
+		due(t, g)
+		require.False(t, watched(t, g, m, "forever"), "watched for a week at most")
+		require.Contains(t, g.Logs.String(), "stopped watching")
+		require.Zero(t, errorsAbout(g, id, "operator resolved"))
+	})
+
+	t.Run("ConfirmedIsNotWatched", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "sure")
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "sure").ProviderReference, providers.OutcomeFailed))
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "declined"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.False(t, watched(t, g, m, "sure"), "the provider's final answer is the decision")
+	})
+}

@@ -56,6 +56,14 @@ func (s *Service) Recheck(ctx context.Context, p Payment) (Settlement, error) {
 // scheduled recheck, which alone may end the rechecking (a webhook's
 // lookup that finds nothing changes nothing).
 func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settlement, error) {
+	if final(p.Status) && !p.retryable() {
+		// Only an operator's resolution the provider had not confirmed
+		// is final with a recheck due.
+		if !scheduled {
+			return Pending, nil
+		}
+		return s.watchResolution(ctx, p)
+	}
 	// later reschedules (or, after <= 0, ends) a scheduled recheck and
 	// says what it came to: st, or Skipped when a retry re-opened the
 	// payment meanwhile.
@@ -89,6 +97,49 @@ func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settl
 		st, lerr := later(Pending, s.cfg.StaleAfter)
 		return st, errors.Join(err, lerr)
 	}
+}
+
+// resolutionWatch bounds how long an operator's resolution is watched
+// while the provider still holds the charge pending or cannot be asked.
+const resolutionWatch = 7 * 24 * time.Hour
+
+// watchResolution looks up a payment an operator resolved without the
+// provider's final answer — it could not be asked, had no record yet, or
+// still held the charge (Resolve schedules the look) — and raises an ERROR
+// when the answer now contradicts the resolution: a charge made after it
+// was failed, or none for one resolved as succeeded. A person settles that
+// at the provider or with the merchant; the ledger and the merchant's
+// stored answer stay the operator's. The provider's final answer, or no
+// record, ends the watch; pending or unreachable, it is looked at again
+// every RECHECK_AFTER, for at most resolutionWatch. Webhooks are not
+// waited for: a merchant need not have set them up at the provider.
+func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, error) {
+	res, err := s.lookup(ctx, &p)
+	next := time.Duration(0) // the watch ends
+	switch {
+	case err != nil || res.Outcome == providers.OutcomePending:
+		if s.now().Sub(p.UpdatedAt) < resolutionWatch {
+			next = s.cfg.RecheckAfter
+			break
+		}
+		s.cfg.Log.WarnContext(ctx, "stopped watching a payment an operator resolved: the provider still gives no final answer",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "status", string(p.Status))
+	case res.Outcome == providers.OutcomeSucceeded && p.Status == StatusFailed:
+		s.chargedAfter(ctx, &p, res)
+	case res.Outcome != providers.OutcomeSucceeded && p.Status == StatusSucceeded:
+		s.cfg.Log.ErrorContext(ctx, "the provider has no charge for a payment an operator resolved as succeeded; settle it with the merchant",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
+			"provider_outcome", string(res.Outcome), "amount", p.Amount, "currency", p.Currency)
+	}
+	ok, lerr := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, next)
+	st := Confirmed
+	switch {
+	case next > 0:
+		st = Pending
+	case lerr == nil && !ok:
+		st = Skipped
+	}
+	return st, errors.Join(err, lerr)
 }
 
 // lookup asks the payment's provider about its reference.

@@ -441,12 +441,18 @@ GROUP BY merchant_id ORDER BY min(recheck_at) LIMIT ?`
 // (a retry re-opened it meanwhile, and may have sent a charge the lookup
 // could not have seen).
 func (s *Store) RecheckLater(ctx context.Context, merchantID, id string, attempts int, after time.Duration) (ok bool, err error) {
+	return s.lookLater(ctx, merchantID, id, StatusFailed, attempts, after)
+}
+
+// lookLater is RecheckLater for a payment of any status: a watched
+// resolution is final, succeeded or failed (Service.watchResolution).
+func (s *Store) lookLater(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
 	res := s.exec(ctx, nil).Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", merchantID, id, StatusFailed, attempts).
+		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", merchantID, id, status, attempts).
 		Update("recheck_at", at)
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }

@@ -208,8 +208,14 @@ func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) error 
 	if err != nil || res.Outcome != providers.OutcomeSucceeded {
 		return err
 	}
+	s.chargedAfter(ctx, p, res)
+	return nil
+}
+
+// chargedAfter is the ERROR of a charge the provider made for a payment an
+// operator resolved as failed.
+func (s *Service) chargedAfter(ctx context.Context, p *Payment, res providers.Result) {
 	s.cfg.Log.ErrorContext(ctx, "the provider charged a payment an operator resolved as failed; refund it at the provider",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
-	return nil
 }

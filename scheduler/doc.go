@@ -114,6 +114,14 @@
 //	                     SWEEP_STALE_AFTER; past
 //	                     REVIEW_AFTER as pending
 //
+// The same run watches an operator's resolution the provider had not
+// confirmed with a final answer (payments.Service.Resolve schedules it):
+// looked up every RECHECK_AFTER, it changes nothing, but a final answer
+// that contradicts the resolution — a charge after "failed", none after
+// "succeeded" — logs an ERROR naming the payment. A final answer or no
+// record ends the watch (Confirmed); pending or an error keeps it (Pending),
+// for at most a week.
+//
 // A provider's signed webhook about a released payment runs the same
 // lookup at once (payments.HandleWebhook), without ending the recheck when
 // it finds nothing.
