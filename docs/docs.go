@@ -529,6 +529,18 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "provider_unavailable: 'failed' waits for the provider's word (its amount would be refunded again)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
                     }
                 }
             }

@@ -284,7 +284,16 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 	if d.Status == RefundFailed {
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
-	if res, err := s.lookupRefund(ctx, &r); err == nil {
+	res, err := s.lookupRefund(ctx, &r)
+	if err != nil && d.Status == RefundFailed {
+		// Failing a refund gives its amount back to be refunded again:
+		// only on the provider's word, or the customer may be refunded
+		// twice.
+		s.cfg.Log.WarnContext(ctx, "refund resolution put off: the provider cannot be asked", "refund_id", r.ID, "err", err)
+		return giveBack(problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+			"the provider cannot be asked now, and a refund is resolved as failed only on its word; retry later").WithRetryAfter(30))
+	}
+	if err == nil {
 		if contradicts(res.Outcome, res.RefundID, d.Status == RefundSucceeded, false) {
 			s.refused(ctx, audit.Change{Action: audit.RefundResolutionRefused, TargetType: "refund", TargetID: r.ID,
 				TenantID: r.MerchantID, Before: refundAuditView(&r),

@@ -299,6 +299,8 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "refund_not_found"
 // @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "provider_unavailable: 'failed' waits for the provider's word (its amount would be refunded again)"
+// @Header       503 {integer} Retry-After "seconds"
 // @ID           adminResolveRefund
 // @Router       /admin/v1/refunds/{id}/resolve [post]
 func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {

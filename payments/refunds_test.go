@@ -1294,3 +1294,28 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 	require.Equal(t, id, again.JSON(t)["id"])
 	require.Equal(t, 1, charges(t, g, m.ID, "k"), "charged once")
 }
+
+// An operator fails a refund only on the provider's word: failing gives
+// the amount back to be refunded again, so while the provider cannot be
+// asked the resolution waits (503), and while it holds the refund pending
+// it is refused (409).
+func TestARefundIsFailedOnlyOnTheProvidersWord(t *testing.T) {
+	t.Parallel()
+	ps, g, m, id := paidAtPaystack(t)
+	ps.PendNextRefund()
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	refundID := first.JSON(t)["id"].(string)
+	ageKeys(t, g, 48*time.Hour)
+
+	ps.FailNext(http.StatusInternalServerError)
+	down := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	require.Equal(t, http.StatusServiceUnavailable, down.StatusCode, string(down.Body))
+	require.Equal(t, "provider_unavailable", down.Code(t))
+	require.NotEmpty(t, down.Header.Get("Retry-After"))
+	held := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
+	require.Equal(t, http.StatusConflict, held.StatusCode, string(held.Body))
+	require.Equal(t, "provider_disagrees", held.Code(t))
+	require.Equal(t, float64(1500), amountRefunded(t, g, m, id), "still reserved")
+	require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
+}

@@ -5697,6 +5697,12 @@ type AdminResolveRefundResponse500Headers struct {
 	XRequestId string
 }
 
+// AdminResolveRefundResponse503Headers the declared response headers of an HTTP 503 response for AdminResolveRefund
+type AdminResolveRefundResponse503Headers struct {
+	RetryAfter *int
+	XRequestId string
+}
+
 type AdminResolveRefundResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5714,6 +5720,8 @@ type AdminResolveRefundResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AdminResolveRefundResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5728,6 +5736,8 @@ type AdminResolveRefundResponse struct {
 	Headers415 *AdminResolveRefundResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AdminResolveRefundResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AdminResolveRefundResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5763,6 +5773,11 @@ func (r AdminResolveRefundResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r AdminResolveRefundResponse) GetApplicationproblemJSON500() *Problem {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -10100,6 +10115,13 @@ func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundRes
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	switch {
@@ -10173,6 +10195,23 @@ func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundRes
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AdminResolveRefundResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
