@@ -146,8 +146,13 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	if r.Status == StatusFailed {
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
-	told := false // the provider gave a final answer (which the decision is)
-	if res, err := s.lookup(ctx, &p); err == nil {
+	// told: the provider gave a final answer, which the decision is.
+	// another: the reference holds another charge (ours logged it), so the
+	// provider can never tell; the decision stands, unwatched.
+	told := false
+	res, err := s.lookup(ctx, &p)
+	another := errors.Is(err, providers.ErrReferenceConflict)
+	if err == nil {
 		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded, p.Status == StatusRequiresReview) {
 			s.refused(ctx, audit.Change{Action: audit.PaymentResolutionRefused, TargetType: "payment", TargetID: p.ID,
 				TenantID: p.MerchantID, Before: resolvedView(p.View()), After: refusedView(string(r.Status), res), Note: r.Note})
@@ -157,8 +162,9 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 			f.TransactionID, told = res.TransactionID, true
 		}
 	}
-	if !told {
-		// Watched: looked up again until the provider answers for good.
+	watched := !told && !another
+	if watched {
+		// Looked up again until the provider answers for good.
 		f.RecheckAfter = s.cfg.RecheckAfter
 	}
 	before := p.View()
@@ -191,12 +197,12 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	}
 	s.observe(&p)
 	s.cfg.Log.WarnContext(ctx, "payment resolved by an operator", "merchant_id", p.MerchantID, "payment_id", p.ID, "status", string(p.Status))
-	if p.Status == StatusFailed && !told {
+	if p.Status == StatusFailed && watched {
 		// The charge may have landed since the look above, and its webhook
 		// come while the key was ours and been put off (deferred) for us
-		// to settle: look once more, now nothing else will.
+		// to settle: look once more at once (the watch looks again later).
 		if err := s.chargedAfterResolution(ctx, &p); err != nil {
-			s.cfg.Log.WarnContext(ctx, "payment resolved as failed: the provider could not be asked again; its next webhook is checked",
+			s.cfg.Log.WarnContext(ctx, "payment resolved as failed: the provider could not be asked again now; the watch looks again after RECHECK_AFTER",
 				"merchant_id", p.MerchantID, "payment_id", p.ID, "err", err)
 		}
 	}

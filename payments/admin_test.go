@@ -677,3 +677,31 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.False(t, watched(t, g, m, "sure"), "the provider's final answer is the decision")
 	})
 }
+
+// Where the reference holds another charge (another amount), the provider
+// can never tell about this payment: an operator's decision stands, is not
+// watched, and a webhook about it is acknowledged (200), not asked for
+// again — a retry changes nothing, and each lookup logs the conflict.
+func TestAResolutionUnderAnotherChargeIsNotWatched(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	id := pendingInReview(t, g, m, "other")
+	require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount = amount + 1 WHERE id = ?`, id).Error)
+	ref := ledgerByKey(t, g, m.ID, "other").ProviderReference
+	require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
+	conflicts := func() int { return strings.Count(g.Logs.String(), "for another amount or currency") }
+
+	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "not this charge"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.Nil(t, ledgerByKey(t, g, m.ID, "other").RecheckAt, "nothing to watch")
+	require.Equal(t, 1, conflicts(), "looked up once")
+
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	for range 2 {
+		hook := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+		require.Equal(t, "final", hook.JSON(t)["status"])
+	}
+	require.NotContains(t, g.Logs.String(), "refund it at the provider")
+}

@@ -117,6 +117,10 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 	res, err := s.lookup(ctx, &p)
 	next := time.Duration(0) // the watch ends
 	switch {
+	case errors.Is(err, providers.ErrReferenceConflict):
+		// The reference holds another charge (logged): the provider can
+		// never tell about this one.
+		err = nil
 	case err != nil || res.Outcome == providers.OutcomePending:
 		if s.now().Sub(p.UpdatedAt) < resolutionWatch {
 			next = s.cfg.RecheckAfter

@@ -109,9 +109,11 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	if final(p.Status) {
 		if p.Status == StatusFailed && p.FailureCode == FailureResolved {
-			if err := s.chargedAfterResolution(ctx, &p); err != nil {
+			err := s.chargedAfterResolution(ctx, &p)
+			if err != nil && !errors.Is(err, providers.ErrReferenceConflict) {
 				// This event may be the only word of a late charge: the
-				// provider must send it again.
+				// provider must send it again. (Another charge under the
+				// reference is logged, and no retry changes it.)
 				s.cfg.Log.WarnContext(ctx, "webhook for a payment an operator failed: lookup failed", "payment_id", p.ID, "err", err)
 				return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 					"could not confirm the event with the provider; retry later").WithRetryAfter(30)

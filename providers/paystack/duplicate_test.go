@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,12 +65,22 @@ func TestFeesPassedOnAreNotAnotherAmount(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name      string
+		amount    int
 		requested string
 		conflict  bool
 	}{
-		{"FeesPassedOn", `"requested_amount":5000,`, false},
-		{"NoRequestedAmount", ``, true},
-		{"AnotherAmountAsked", `"requested_amount":4925,`, true},
+		{"FeesPassedOn", 5075, `"requested_amount":5000,`, false},
+		{"FeesPassedOnAsAString", 5075, `"requested_amount":"5000",`, false},
+		{"NoRequestedAmount", 5075, ``, true},
+		{"AnotherAmountAsked", 5075, `"requested_amount":4925,`, true},
+		{"MoreAskedThanCollected", 4000, `"requested_amount":5000,`, true},
+		{"NoFees", 5000, `"requested_amount":5000,`, false},
+		{"Null", 5000, `"requested_amount":null,`, false},
+		{"Zero", 5000, `"requested_amount":0,`, false},
+		{"NotANumber", 5000, `"requested_amount":"abc",`, false},
+		{"Empty", 5000, `"requested_amount":"",`, false},
+		{"Fraction", 5000, `"requested_amount":4999.5,`, false},
+		{"AnObject", 5000, `"requested_amount":{"x":1},`, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +91,7 @@ func TestFeesPassedOnAreNotAnotherAmount(t *testing.T) {
 					return
 				}
 				_, _ = w.Write([]byte(`{"status":true,"message":"Verification successful","data":{"id":4099260516,` +
-					`"status":"success","reference":"op-fees","amount":5075,` + tt.requested + `"fees":75,"currency":"NGN"}}`))
+					`"status":"success","reference":"op-fees","amount":` + strconv.Itoa(tt.amount) + `,` + tt.requested + `"fees":75,"currency":"NGN"}}`))
 			}))
 			defer srv.Close()
 			p, err := paystack.New(paystack.Config{BaseURL: srv.URL, Timeout: 2 * time.Second})(providers.Secrets{"secret_key": "sk_test_x"})

@@ -75,13 +75,13 @@ type envelope struct {
 }
 
 type transaction struct {
-	ID              json.Number `json:"id"`
-	Status          string      `json:"status"`
-	Reference       string      `json:"reference"`
-	Amount          json.Number `json:"amount"`
-	RequestedAmount json.Number `json:"requested_amount"`
-	Currency        string      `json:"currency"`
-	GatewayResponse string      `json:"gateway_response"`
+	ID              json.Number     `json:"id"`
+	Status          string          `json:"status"`
+	Reference       string          `json:"reference"`
+	Amount          json.Number     `json:"amount"`
+	RequestedAmount json.RawMessage `json:"requested_amount"` // read leniently: see asked
+	Currency        string          `json:"currency"`
+	GatewayResponse string          `json:"gateway_response"`
 	Customer        struct {
 		Email string `json:"email"`
 	} `json:"customer"`
@@ -90,11 +90,20 @@ type transaction struct {
 // asked is the amount the charge was asked for: requested_amount when
 // Paystack gives one, since amount also holds the fees of a merchant that
 // passes them on to its customers (requested_amount is amount less them).
+// Only a whole number of kobo up to amount is taken: the field is not ours
+// to trust blindly — anything else (absent, null, a fraction, a string that
+// is no number, more than was collected) leaves amount, and the charge is
+// never unreadable because of it.
 func (tx transaction) asked() string {
-	if n, err := tx.RequestedAmount.Int64(); err == nil && n > 0 {
-		return tx.RequestedAmount.String()
+	amount, err := strconv.ParseInt(tx.Amount.String(), 10, 64)
+	if err != nil {
+		return tx.Amount.String()
 	}
-	return tx.Amount.String()
+	asked, err := strconv.ParseInt(strings.Trim(string(tx.RequestedAmount), `"`), 10, 64)
+	if err != nil || asked <= 0 || asked > amount {
+		return tx.Amount.String()
+	}
+	return strconv.FormatInt(asked, 10)
 }
 
 type chargeBody struct {
