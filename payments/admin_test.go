@@ -518,15 +518,7 @@ func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
 	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
 	require.Equal(t, "final", hook.JSON(t)["status"])
 	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "abandoned").Status)
-	var line map[string]any
-	for _, l := range strings.Split(g.Logs.String(), "\n") {
-		if strings.Contains(l, "refund it at the provider") {
-			require.NoError(t, json.Unmarshal([]byte(l), &line))
-		}
-	}
-	require.NotNil(t, line, g.Logs.String())
-	require.Equal(t, "ERROR", line["level"])
-	require.Equal(t, id, line["payment_id"])
+	requireChargedAfterResolution(t, g, id)
 }
 
 // A charge that lands while an operator's resolution holds the key has
@@ -571,6 +563,13 @@ func TestAChargeThatLandsDuringAnOperatorsResolutionIsAnError(t *testing.T) {
 	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
 	require.Equal(t, "deferred", hook.JSON(t)["status"], "the key was the operator's")
 	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "late").Status)
+	requireChargedAfterResolution(t, g, id)
+}
+
+// requireChargedAfterResolution requires the ERROR naming payment id that
+// the provider charged after an operator failed it.
+func requireChargedAfterResolution(t *testing.T, g *apptest.Gateway, id string) {
+	t.Helper()
 	var line map[string]any
 	for _, l := range strings.Split(g.Logs.String(), "\n") {
 		if strings.Contains(l, "refund it at the provider") {
