@@ -311,6 +311,10 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 			f.RefundID = res.RefundID
 		}
 	}
+	// Without the provider's final answer (it had no record, or could not
+	// be asked about a "succeeded") the resolution is watched, as a
+	// payment's is (watchRefundResolution).
+	watched := err != nil || !res.Outcome.Final()
 	before := refundAuditView(&r)
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		ok, err := s.store.finishRefund(ctx, tx, r.MerchantID, r.ID, f)
@@ -319,6 +323,11 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		}
 		if !ok {
 			return errSkipped
+		}
+		if watched {
+			if err := s.store.scheduleRefundRecheck(ctx, tx, r.MerchantID, r.ID, s.cfg.RecheckAfter); err != nil {
+				return err
+			}
 		}
 		f.applyTo(&r)
 		if r.Status == RefundFailed {

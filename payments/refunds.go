@@ -733,6 +733,9 @@ func (s *Service) DueRefundRechecks(ctx context.Context, limit int) ([]Refund, e
 // amount other refunds in flight hold, is looked at again after
 // SWEEP_STALE_AFTER (Pending).
 func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, error) {
+	if r.Status == RefundSucceeded || (r.Status == RefundFailed && r.FailureCode == FailureResolved) {
+		return s.watchRefundResolution(ctx, r)
+	}
 	st := Skipped
 	var err error
 	if r.Status == RefundFailed && r.FailureCode == FailureNotProcessed {
@@ -755,6 +758,46 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 		st = Pending
 	}
 	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, 0, r.recheckTaken))
+}
+
+// watchRefundResolution is watchResolution for a refund an operator
+// resolved without the provider's final answer (ResolveRefund schedules
+// it): an ERROR when the provider's answer now contradicts the resolution —
+// a refund made after "failed" gave its amount back (the customer may be
+// refunded twice), or none after "succeeded" (the customer was not
+// refunded). A succeeded refund re-opened after a release, whose recheck
+// was left, is looked at once the same way and agrees.
+func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settlement, error) {
+	err := s.pace(paced(ctx), r.Provider, time.Time{})
+	var res providers.RefundResult
+	if err == nil {
+		res, err = s.lookupRefund(ctx, &r)
+	}
+	next := time.Duration(0) // the watch ends
+	switch {
+	case err != nil || res.Outcome == providers.OutcomePending:
+		if s.now().Sub(r.UpdatedAt) < resolutionWatch {
+			next = s.cfg.RecheckAfter
+			break
+		}
+		s.cfg.Log.WarnContext(ctx, "stopped watching a refund an operator resolved: the provider still gives no final answer",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider, "status", string(r.Status))
+	case res.Outcome == providers.OutcomeSucceeded && r.Status == RefundFailed:
+		s.cfg.Log.ErrorContext(ctx, "the provider made a refund an operator resolved as failed; its amount was given back and may be refunded twice",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+			"provider_refund_id", res.RefundID, "amount", r.Amount, "currency", r.Currency)
+	case res.Outcome != providers.OutcomeSucceeded && r.Status == RefundSucceeded:
+		s.cfg.Log.ErrorContext(ctx, "the provider has no refund for one an operator resolved as succeeded; the customer was not refunded",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+			"provider_outcome", string(res.Outcome), "amount", r.Amount, "currency", r.Currency)
+	}
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	st := Confirmed
+	if next > 0 {
+		st = Pending
+	}
+	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, next, r.recheckTaken))
 }
 
 // recheckRefund looks a refund released as not_processed up once more. One

@@ -1319,3 +1319,79 @@ func TestARefundIsFailedOnlyOnTheProvidersWord(t *testing.T) {
 	require.Equal(t, float64(1500), amountRefunded(t, g, m, id), "still reserved")
 	require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
 }
+
+// A refund an operator resolved without the provider's final answer is
+// watched as a payment's resolution is: "failed" on the provider's "no
+// record" gave the amount back, and should the refund have landed when it
+// is looked at again, RECHECK_AFTER later, that is an ERROR (the customer
+// may be refunded twice); a final answer, or still no record, ends the
+// watch.
+func TestAnUnconfirmedRefundResolutionIsWatched(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []apptest.Option
+	}{{"postgres", nil}, {"sqlite", []apptest.Option{apptest.SQLite()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := apptest.Start(t, tc.opts...)
+			m := g.Onboard(nil)
+			id := paid(t, g, m, "p", 5000)
+			first := refundOf(g, m, id, "r", map[string]any{"amount": 1500, "reason": "sim_pending"})
+			require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+			refundID := first.JSON(t)["id"].(string)
+			ageKeys(t, g, 48*time.Hour)
+			db := g.App.DB()
+			var ref string
+			require.NoError(t, db.Raw(`SELECT provider_reference FROM refunds WHERE id = ?`, refundID).Scan(&ref).Error)
+			// The provider has no record of it, for now.
+			require.NoError(t, db.Exec(`UPDATE simulator_refunds SET reference = reference || '-away' WHERE reference = ?`, ref).Error)
+			r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "no such refund"})
+			require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+			require.Equal(t, float64(0), amountRefunded(t, g, m, id), "its amount given back")
+			watched := func() int {
+				var n int
+				require.NoError(t, db.Raw(`SELECT count(*) FROM refund_rechecks WHERE refund_id = ?`, refundID).Scan(&n).Error)
+				return n
+			}
+			require.Equal(t, 1, watched())
+			due := func() {
+				dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+				sweep(t, g)
+			}
+			// It lands after all, before the look RECHECK_AFTER later.
+			require.NoError(t, db.Exec(`UPDATE simulator_refunds SET reference = ? WHERE reference = ?`, ref, ref+"-away").Error)
+			dbtest.Age(t, db, time.Hour, "simulator_refunds", "settle_at")
+			due()
+			twice := func() int { return strings.Count(g.Logs.String(), "may be refunded twice") }
+			require.Equal(t, 1, twice(), g.Logs.String())
+			require.Contains(t, g.Logs.String(), refundID)
+			require.Zero(t, watched(), "a final answer ends the watch")
+			due()
+			require.Equal(t, 1, twice(), "said once")
+			got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+			require.Equal(t, "failed", got["status"], "the ledger stays the operator's")
+		})
+	}
+}
+
+// "Succeeded" while the provider cannot be asked is the operator's call,
+// and watched: a refund the provider then fails is an ERROR (the customer
+// was not refunded).
+func TestARefundResolvedSucceededBlindIsWatched(t *testing.T) {
+	t.Parallel()
+	ps, g, m, id := paidAtPaystack(t)
+	ps.PendNextRefund()
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	refundID := first.JSON(t)["id"].(string)
+	ageKeys(t, g, 48*time.Hour)
+	ps.FailNext(http.StatusInternalServerError)
+	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "succeeded", "note": "the bank shows it"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.NoError(t, ps.SettleRefund(providers.RefundReference(m.ID, "r"), providers.OutcomeFailed))
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
+	sweep(t, g)
+	require.Equal(t, 1, strings.Count(g.Logs.String(), "the customer was not refunded"), g.Logs.String())
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "the ledger stays the operator's")
+}

@@ -120,7 +120,9 @@
 // that contradicts the resolution — a charge after "failed", none after
 // "succeeded" — logs an ERROR naming the payment. A final answer or no
 // record ends the watch (Confirmed); pending or an error keeps it (Pending),
-// for at most a week.
+// for at most a week. A refund's resolution is watched the same way, from
+// refund_rechecks (a refund made after "failed" — its amount was given
+// back — or none after "succeeded").
 //
 // A provider's signed webhook about a released payment runs the same
 // lookup at once (payments.HandleWebhook), without ending the recheck when
