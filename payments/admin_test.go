@@ -666,6 +666,72 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.Zero(t, errorsAbout(g, id, "operator resolved"))
 	})
 
+	t.Run("ChargedFoundByResolvesOwnSecondLook", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "landed")
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "landed").ProviderReference, providers.OutcomeSucceeded))
+		ps.FailNext(http.StatusInternalServerError) // the first look cannot tell
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "provider down"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
+		require.False(t, watched(t, g, m, "landed"), "found: the watch ends")
+		due(t, g)
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+	})
+
+	t.Run("ChargedFoundByAWebhook", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "hooked")
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		ref := ledgerByKey(t, g, m.ID, "hooked").ProviderReference
+		require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
+		h, raw, err := ps.Webhook(ref)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...).StatusCode)
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
+		require.False(t, watched(t, g, m, "hooked"))
+		due(t, g)
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+	})
+
+	t.Run("AnotherChargeFoundByTheWatch", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "other")
+		ps.FailNext(http.StatusInternalServerError)
+		ps.FailNext(http.StatusInternalServerError)
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "provider down"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.True(t, watched(t, g, m, "other"))
+		require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount = amount + 1 WHERE id = ?`, id).Error)
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "other").ProviderReference, providers.OutcomeSucceeded))
+		for range 3 {
+			due(t, g)
+		}
+		require.False(t, watched(t, g, m, "other"), "the provider can never tell: the watch ends")
+		require.Equal(t, 1, strings.Count(g.Logs.String(), "for another amount or currency"), "said once")
+	})
+
+	t.Run("SucceededThenRefundedIsNoAlarm", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "refunded")
+		ps.FailNext(http.StatusInternalServerError)
+		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the bank says paid"})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		// Refunded in full since, which Paystack reports as "reversed":
+		// a failure, at the lookup.
+		require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount_refunded = amount WHERE id = ?`, id).Error)
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "refunded").ProviderReference, providers.OutcomeFailed))
+		due(t, g)
+		require.Zero(t, errorsAbout(g, id, "resolved as succeeded"), g.Logs.String())
+		require.Contains(t, g.Logs.String(), "since refunded")
+		require.False(t, watched(t, g, m, "refunded"))
+	})
+
 	t.Run("ConfirmedIsNotWatched", func(t *testing.T) {
 		t.Parallel()
 		ps, g, m := paystackMerchant(t)

@@ -97,7 +97,8 @@ type Payment struct {
 	RequestHash string
 	// RecheckAt, when set, is when a payment released as never charged
 	// (not_processed) is looked up once more: a "not found" is not proof
-	// that no charge will land.
+	// that no charge will land. On a final payment it is the next look of
+	// a watched operator resolution (Service.watchResolution).
 	RecheckAt *time.Time
 	// CreatedAt is the database's time (as every time the gateway
 	// compares); UpdatedAt is the writing instance's.

@@ -130,18 +130,20 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "status", string(p.Status))
 	case res.Outcome == providers.OutcomeSucceeded && p.Status == StatusFailed:
 		s.chargedAfter(ctx, &p, res)
+	case res.Outcome != providers.OutcomeSucceeded && p.Status == StatusSucceeded && p.AmountRefunded > 0:
+		// A charge refunded since reads as failed at some providers
+		// (Paystack's "reversed"): no alarm about a charge that was made.
+		s.cfg.Log.WarnContext(ctx, "a payment an operator resolved as succeeded, since refunded, reads as not charged at the provider; check it there",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "provider_outcome", string(res.Outcome))
 	case res.Outcome != providers.OutcomeSucceeded && p.Status == StatusSucceeded:
 		s.cfg.Log.ErrorContext(ctx, "the provider has no charge for a payment an operator resolved as succeeded; settle it with the merchant",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 			"provider_outcome", string(res.Outcome), "amount", p.Amount, "currency", p.Currency)
 	}
-	ok, lerr := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, next)
+	_, lerr := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, next)
 	st := Confirmed
-	switch {
-	case next > 0:
+	if next > 0 {
 		st = Pending
-	case lerr == nil && !ok:
-		st = Skipped
 	}
 	return st, errors.Join(err, lerr)
 }

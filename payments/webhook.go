@@ -215,9 +215,13 @@ func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) error 
 }
 
 // chargedAfter is the ERROR of a charge the provider made for a payment an
-// operator resolved as failed.
+// operator resolved as failed. The charge is final news: the payment's
+// watch, if any, ends with it, so the next look does not say it again.
 func (s *Service) chargedAfter(ctx context.Context, p *Payment, res providers.Result) {
 	s.cfg.Log.ErrorContext(ctx, "the provider charged a payment an operator resolved as failed; refund it at the provider",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
+	if _, err := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, 0); err != nil {
+		s.cfg.Log.WarnContext(ctx, "could not end the watch of a resolved payment", "payment_id", p.ID, "err", err)
+	}
 }
