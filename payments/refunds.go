@@ -775,6 +775,12 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 	}
 	next := time.Duration(0) // the watch ends
 	switch {
+	case err == nil && res.Outcome == providers.OutcomePending && res.RefundID != "" && r.Status == RefundFailed:
+		// The provider has the refund after all, in flight: ResolveRefund
+		// would have refused "failed" for it, and it is usually paid out.
+		s.cfg.Log.ErrorContext(ctx, "the provider has a refund in flight that an operator resolved as failed; its amount was given back and may be refunded twice",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+			"provider_refund_id", res.RefundID, "amount", r.Amount, "currency", r.Currency)
 	case err != nil || res.Outcome == providers.OutcomePending:
 		if s.now().Sub(r.UpdatedAt) < resolutionWatch {
 			next = s.cfg.RecheckAfter

@@ -1329,9 +1329,15 @@ func TestARefundIsFailedOnlyOnTheProvidersWord(t *testing.T) {
 func TestAnUnconfirmedRefundResolutionIsWatched(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		opts []apptest.Option
-	}{{"postgres", nil}, {"sqlite", []apptest.Option{apptest.SQLite()}}} {
+		name     string
+		opts     []apptest.Option
+		inFlight bool // it reappears pending, to be paid out later
+	}{
+		{"postgres", nil, false},
+		{"sqlite", []apptest.Option{apptest.SQLite()}, false},
+		{"postgres/inFlight", nil, true},
+		{"sqlite/inFlight", []apptest.Option{apptest.SQLite()}, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := apptest.Start(t, tc.opts...)
@@ -1359,9 +1365,14 @@ func TestAnUnconfirmedRefundResolutionIsWatched(t *testing.T) {
 				dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
 				sweep(t, g)
 			}
-			// It lands after all, before the look RECHECK_AFTER later.
+			// It lands after all, before the look RECHECK_AFTER later —
+			// paid out, or still in flight.
 			require.NoError(t, db.Exec(`UPDATE simulator_refunds SET reference = ? WHERE reference = ?`, ref, ref+"-away").Error)
-			dbtest.Age(t, db, time.Hour, "simulator_refunds", "settle_at")
+			if tc.inFlight {
+				dbtest.Age(t, db, -30*24*time.Hour, "simulator_refunds", "settle_at")
+			} else {
+				dbtest.Age(t, db, time.Hour, "simulator_refunds", "settle_at")
+			}
 			due()
 			twice := func() int { return strings.Count(g.Logs.String(), "may be refunded twice") }
 			require.Equal(t, 1, twice(), g.Logs.String())
@@ -1389,9 +1400,51 @@ func TestARefundResolvedSucceededBlindIsWatched(t *testing.T) {
 	ps.FailNext(http.StatusInternalServerError)
 	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "succeeded", "note": "the bank shows it"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	watched := func() int {
+		var n int
+		require.NoError(t, g.App.DB().Raw(`SELECT count(*) FROM refund_rechecks WHERE refund_id = ?`, refundID).Scan(&n).Error)
+		return n
+	}
+	due := func() {
+		dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
+		sweep(t, g)
+	}
+	ps.FailNext(http.StatusInternalServerError)
+	due()
+	require.Equal(t, 1, watched(), "the provider could not be asked: looked at again later")
+	due()
+	require.Equal(t, 1, watched(), "still pending: looked at again later")
+	notRefunded := func() int { return strings.Count(g.Logs.String(), "the customer was not refunded") }
+	require.Zero(t, notRefunded())
+
 	require.NoError(t, ps.SettleRefund(providers.RefundReference(m.ID, "r"), providers.OutcomeFailed))
+	due()
+	require.Equal(t, 1, notRefunded(), g.Logs.String())
+	require.Zero(t, watched(), "a final answer ends the watch")
+	due()
+	require.Equal(t, 1, notRefunded(), "said once")
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "the ledger stays the operator's")
+}
+
+// A refund resolution the provider still gives no final answer about is
+// watched for a week at most.
+func TestARefundResolutionIsWatchedForAWeek(t *testing.T) {
+	t.Parallel()
+	ps, g, m, id := paidAtPaystack(t)
+	ps.PendNextRefund()
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	refundID := first.JSON(t)["id"].(string)
+	ageKeys(t, g, 48*time.Hour)
+	ps.FailNext(http.StatusInternalServerError)
+	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "succeeded", "note": "the bank shows it"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	dbtest.Age(t, g.App.DB(), 8*24*time.Hour, "refunds", "updated_at")
 	dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
 	sweep(t, g)
-	require.Equal(t, 1, strings.Count(g.Logs.String(), "the customer was not refunded"), g.Logs.String())
-	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"], "the ledger stays the operator's")
+	var n int
+	require.NoError(t, g.App.DB().Raw(`SELECT count(*) FROM refund_rechecks WHERE refund_id = ?`, refundID).Scan(&n).Error)
+	require.Zero(t, n, "given up after a week")
+	require.Contains(t, g.Logs.String(), "stopped watching a refund")
+	require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
 }
