@@ -566,6 +566,13 @@ func TestAChargeThatLandsDuringAnOperatorsResolutionIsAnError(t *testing.T) {
 	requireChargedAfterResolution(t, g, id)
 }
 
+// resolved resolves payment id as an operator, and requires it done.
+func resolved(t *testing.T, g *apptest.Gateway, id, status, note string) {
+	t.Helper()
+	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": status, "note": note})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+}
+
 // requireChargedAfterResolution requires the ERROR naming payment id that
 // the provider charged after an operator failed it.
 func requireChargedAfterResolution(t *testing.T, g *apptest.Gateway, id string) {
@@ -617,12 +624,21 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		sweep(t, g)
 	}
 
+	// reportedOnce: the late charge's ERROR was logged, the watch ended,
+	// and the next look is quiet.
+	reportedOnce := func(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key, id string) {
+		t.Helper()
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
+		require.False(t, watched(t, g, m, key), "found: the watch ends")
+		due(t, g)
+		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+	}
+
 	t.Run("FailedThenCharged", func(t *testing.T) {
 		t.Parallel()
 		ps, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "abandoned")
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "failed", "abandoned")
 		require.True(t, watched(t, g, m, "abandoned"), "the provider still held it")
 		sweep(t, g)
 		require.True(t, watched(t, g, m, "abandoned"), "not due yet")
@@ -641,8 +657,7 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		ps, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "unsure")
 		ps.FailNext(http.StatusInternalServerError) // the provider cannot be asked: the operator's call
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the bank says paid"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "succeeded", "the bank says paid")
 		require.True(t, watched(t, g, m, "unsure"))
 		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "unsure").ProviderReference, providers.OutcomeFailed))
 		due(t, g)
@@ -655,8 +670,7 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		t.Parallel()
 		_, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "forever")
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "failed", "abandoned")
 		due(t, g)
 		require.True(t, watched(t, g, m, "forever"), "still pending: looked at again later")
 		dbtest.Age(t, g.App.DB(), 8*24*time.Hour, "payments", "updated_at")
@@ -672,29 +686,21 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		id := pendingInReview(t, g, m, "landed")
 		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "landed").ProviderReference, providers.OutcomeSucceeded))
 		ps.FailNext(http.StatusInternalServerError) // the first look cannot tell
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "provider down"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
-		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
-		require.False(t, watched(t, g, m, "landed"), "found: the watch ends")
-		due(t, g)
-		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+		resolved(t, g, id, "failed", "provider down")
+		reportedOnce(t, g, m, "landed", id)
 	})
 
 	t.Run("ChargedFoundByAWebhook", func(t *testing.T) {
 		t.Parallel()
 		ps, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "hooked")
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "abandoned"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "failed", "abandoned")
 		ref := ledgerByKey(t, g, m.ID, "hooked").ProviderReference
 		require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
 		h, raw, err := ps.Webhook(ref)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...).StatusCode)
-		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), g.Logs.String())
-		require.False(t, watched(t, g, m, "hooked"))
-		due(t, g)
-		require.Equal(t, 1, errorsAbout(g, id, "refund it at the provider"), "said once")
+		reportedOnce(t, g, m, "hooked", id)
 	})
 
 	t.Run("AnotherChargeFoundByTheWatch", func(t *testing.T) {
@@ -703,8 +709,7 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		id := pendingInReview(t, g, m, "other")
 		ps.FailNext(http.StatusInternalServerError)
 		ps.FailNext(http.StatusInternalServerError)
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "provider down"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "failed", "provider down")
 		require.True(t, watched(t, g, m, "other"))
 		require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount = amount + 1 WHERE id = ?`, id).Error)
 		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "other").ProviderReference, providers.OutcomeSucceeded))
@@ -720,8 +725,7 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		ps, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "refunded")
 		ps.FailNext(http.StatusInternalServerError)
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the bank says paid"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "succeeded", "the bank says paid")
 		// Refunded in full since, which Paystack reports as "reversed":
 		// a failure, at the lookup.
 		require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount_refunded = amount WHERE id = ?`, id).Error)
@@ -737,8 +741,7 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		ps, g, m := paystackMerchant(t)
 		id := pendingInReview(t, g, m, "sure")
 		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "sure").ProviderReference, providers.OutcomeFailed))
-		r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "declined"})
-		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		resolved(t, g, id, "failed", "declined")
 		require.False(t, watched(t, g, m, "sure"), "the provider's final answer is the decision")
 	})
 }
@@ -756,8 +759,7 @@ func TestAResolutionUnderAnotherChargeIsNotWatched(t *testing.T) {
 	require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
 	conflicts := func() int { return strings.Count(g.Logs.String(), "for another amount or currency") }
 
-	r := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "not this charge"})
-	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	resolved(t, g, id, "failed", "not this charge")
 	require.Nil(t, ledgerByKey(t, g, m.ID, "other").RecheckAt, "nothing to watch")
 	require.Equal(t, 1, conflicts(), "looked up once")
 

@@ -1295,18 +1295,25 @@ func TestLegacyFingerprintIsAdoptedByItsRetry(t *testing.T) {
 	require.Equal(t, 1, charges(t, g, m.ID, "k"), "charged once")
 }
 
+// pendingAtPaystack makes a refund of 1500 (key "r") that Paystack holds
+// pending, its key's leases long lapsed, for an operator to resolve.
+func pendingAtPaystack(t *testing.T) (ps *paystacktest.Server, g *apptest.Gateway, m apptest.Merchant, paymentID, refundID string) {
+	t.Helper()
+	ps, g, m, paymentID = paidAtPaystack(t)
+	ps.PendNextRefund()
+	first := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ageKeys(t, g, 48*time.Hour)
+	return ps, g, m, paymentID, first.JSON(t)["id"].(string)
+}
+
 // An operator fails a refund only on the provider's word: failing gives
 // the amount back to be refunded again, so while the provider cannot be
 // asked the resolution waits (503), and while it holds the refund pending
 // it is refused (409).
 func TestARefundIsFailedOnlyOnTheProvidersWord(t *testing.T) {
 	t.Parallel()
-	ps, g, m, id := paidAtPaystack(t)
-	ps.PendNextRefund()
-	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
-	refundID := first.JSON(t)["id"].(string)
-	ageKeys(t, g, 48*time.Hour)
+	ps, g, m, id, refundID := pendingAtPaystack(t)
 
 	ps.FailNext(http.StatusInternalServerError)
 	down := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
@@ -1391,12 +1398,7 @@ func TestAnUnconfirmedRefundResolutionIsWatched(t *testing.T) {
 // was not refunded).
 func TestARefundResolvedSucceededBlindIsWatched(t *testing.T) {
 	t.Parallel()
-	ps, g, m, id := paidAtPaystack(t)
-	ps.PendNextRefund()
-	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
-	refundID := first.JSON(t)["id"].(string)
-	ageKeys(t, g, 48*time.Hour)
+	ps, g, m, _, refundID := pendingAtPaystack(t)
 	ps.FailNext(http.StatusInternalServerError)
 	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "succeeded", "note": "the bank shows it"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
@@ -1430,12 +1432,7 @@ func TestARefundResolvedSucceededBlindIsWatched(t *testing.T) {
 // watched for a week at most.
 func TestARefundResolutionIsWatchedForAWeek(t *testing.T) {
 	t.Parallel()
-	ps, g, m, id := paidAtPaystack(t)
-	ps.PendNextRefund()
-	first := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
-	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
-	refundID := first.JSON(t)["id"].(string)
-	ageKeys(t, g, 48*time.Hour)
+	ps, g, _, _, refundID := pendingAtPaystack(t)
 	ps.FailNext(http.StatusInternalServerError)
 	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "succeeded", "note": "the bank shows it"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
