@@ -513,7 +513,7 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "refund_final, refund_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out",
+                        "description": "refund_final, refund_in_progress, provider_disagrees, provider_account_missing: already final; being worked on; the provider's answer rules the resolution out; or 'failed' for a refund whose provider account was removed (it cannot be asked)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

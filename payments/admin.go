@@ -86,7 +86,7 @@ func providerDisagrees(outcome providers.Outcome, idField, id, failureCode strin
 	detail := "the provider's final answer contradicts this resolution"
 	switch {
 	case outcome == providers.OutcomePending && id != "":
-		detail = "the provider is still working on it: wait for it to settle (the sweeper records it)"
+		detail = "the provider is still working on it, or waiting there for someone to act: wait for it to settle (the sweeper records it), or act at the provider"
 	case !outcome.Final():
 		detail = "the provider has no record of it: it cannot have succeeded"
 	}
@@ -291,6 +291,11 @@ func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResoluti
 		f.FailureCode, f.FailureMessage = FailureResolved, "Resolved as failed by an operator."
 	}
 	res, err := s.lookupRefund(ctx, &r)
+	if errors.Is(err, providers.ErrUnknownProvider) && d.Status == RefundFailed {
+		return giveBack(problem.New(fiber.StatusConflict, "provider_account_missing",
+			"the merchant has no account with this refund's provider ("+r.Provider+") any more, and a refund is resolved as failed only on its word; "+
+				"add the account back, or settle it at the provider"))
+	}
 	if err != nil && d.Status == RefundFailed {
 		// Failing a refund gives its amount back to be refunded again:
 		// only on the provider's word, or the customer may be refunded

@@ -149,3 +149,19 @@ func TestRefundWithoutTheProviderAccountIsAConflict(t *testing.T) {
 	require.Equal(t, "pending", r.JSON(t)["status"])
 	require.Equal(t, 1, ps.TotalRefunds())
 }
+
+// An operator cannot fail a refund whose provider account was removed:
+// the provider cannot be asked, and failing gives the amount back to be
+// refunded again. A 409 saying why, not a 503 asking to retry.
+func TestResolvingARefundWithoutTheProviderAccountIsAConflict(t *testing.T) {
+	t.Parallel()
+	_, g, m, id, refundID := pendingAtPaystack(t)
+	path := "/admin/v1/tenants/" + m.ID
+	require.Equal(t, http.StatusOK, g.Admin("PATCH", path, map[string]any{"default_provider": "simulator"}).StatusCode)
+	require.Equal(t, http.StatusOK, g.Admin("PATCH", path, map[string]any{"providers": map[string]any{"paystack": nil}}).StatusCode)
+	r := adminDo(g, "POST", "/admin/v1/refunds/"+refundID+"/resolve", map[string]any{"status": "failed", "note": "account gone"})
+	require.Equal(t, http.StatusConflict, r.StatusCode, string(r.Body))
+	require.Equal(t, "provider_account_missing", r.Code(t))
+	require.Equal(t, float64(1500), amountRefunded(t, g, m, id), "still reserved")
+	require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
+}
