@@ -42,7 +42,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,13 +111,18 @@ type Stats struct {
 type call struct {
 	sql  string
 	args []any
+	// reading is held by a lane while it reads args (pgx encodes them
+	// only after it has described a statement new to the connection, a
+	// round trip) and by a caller that stops waiting while it sets left:
+	// do never returns while a lane reads its arguments, so a caller may
+	// reuse them (or a Valuer's state) as soon as it has its answer, and
+	// a lane never reads them after. A leaving caller thus waits out an
+	// encoding under way — microseconds, or that round trip — and no more.
+	reading sync.Mutex
 	// left is set by a caller that stops waiting (do returned its
 	// error): a statement not sent by then is answered instead of run,
-	// and one whose batch was rolled back is not run again (hold, take).
-	// Its arguments must stay as they were until the statement is
-	// answered — a lane may be sending it at the moment its caller leaves
-	// — but nothing reads them after that send.
-	left atomic.Bool
+	// and one whose batch was rolled back is not run again (claim).
+	left bool
 	exec bool // from ExecContext: no rows wanted
 	res  result
 	done chan struct{}
@@ -223,7 +227,18 @@ func (p *Pipeline) do(ctx context.Context, query string, args []any, exec bool) 
 		}
 		return c.res
 	case <-ctx.Done():
-		c.left.Store(true)
+		c.reading.Lock()
+		c.left = true
+		c.reading.Unlock()
+		// Answered meanwhile (or as ctx ended: select picks either of
+		// two ready cases): the outcome is known, and is the answer.
+		select {
+		case <-c.done:
+			if !c.res.patient && c.res.err != errLeft {
+				return c.res
+			}
+		default:
+		}
 		return result{err: ctx.Err()}
 	}
 }
@@ -264,9 +279,6 @@ func (p *Pipeline) lane() {
 			answer(batch, err)
 			continue
 		}
-		if batch = hold(batch); len(batch) == 0 {
-			continue
-		}
 		switch p.run(conn, batch, true) {
 		case resend:
 			// PostgreSQL had closed the connection before running any of
@@ -276,9 +288,7 @@ func (p *Pipeline) lane() {
 				answer(batch, err)
 				break
 			}
-			if batch = hold(batch); len(batch) > 0 {
-				p.run(conn, batch, false)
-			}
+			p.run(conn, batch, false)
 		case separately:
 			// pgx refused the batch before sending it (a statement it
 			// could not prepare, or arguments it could not encode), and
@@ -326,31 +336,41 @@ func (p *Pipeline) ready(conn *pgx.Conn, used, born time.Time) (*pgx.Conn, time.
 	return conn, time.Now(), nil
 }
 
-// hold answers, and leaves out of batch, the calls whose callers have
-// stopped waiting (call.left). Only for statements not sent yet, or rolled
-// back and about to go again: the caller was told the outcome is unknown,
-// and not running the statement keeps that true — where reading arguments
-// the caller may have reused since would write another request's bytes
-// under this one's statement.
-func hold(batch []*call) []*call {
+// claim takes the reading lock of every call in batch whose caller still
+// waits, and answers, and leaves out, the others (call.left). Before each
+// send, the first and any again after a rollback: the caller was told the
+// outcome is unknown, and not running the statement keeps that true —
+// where reading arguments the caller may have reused since would write
+// another request's bytes under this one's statement.
+func claim(batch []*call) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
-		if take(c) {
+		if c.claim() {
 			kept = append(kept, c)
 		}
 	}
 	return kept
 }
 
-// take reports whether c is to be sent, and answers it when its caller
-// has left.
-func take(c *call) bool {
-	if !c.left.Load() {
+// claim takes c's reading lock and reports true, or answers c when its
+// caller has left.
+func (c *call) claim() bool {
+	c.reading.Lock()
+	if !c.left {
 		return true
 	}
+	c.reading.Unlock()
 	c.res = result{err: errLeft}
 	close(c.done)
 	return false
+}
+
+// release gives back the reading locks of batch: pgx has encoded every
+// argument into its buffer.
+func release(batch []*call) {
+	for _, c := range batch {
+		c.reading.Unlock()
+	}
 }
 
 // errLeft answers a call nobody waits for any more.
@@ -382,6 +402,9 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 	} else {
 		p.count(0, 1, 0)
 	}
+	if batch = claim(batch); len(batch) == 0 {
+		return done
+	}
 	if len(batch) == 1 {
 		c := batch[0]
 		c.res = single(ctx, conn, c)
@@ -396,6 +419,7 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 		b.Queue(c.sql, c.args...)
 	}
 	br := conn.SendBatch(ctx, &b)
+	release(batch)
 	var sent error // the first error of a statement, as the server or pgx gave it
 	ran := 0       // statements answered before it
 	for _, c := range batch {
@@ -454,8 +478,8 @@ func (p *Pipeline) each(conn *pgx.Conn, batch []*call) {
 	p.count(0, int64(len(batch)), 0)
 	for _, c := range batch {
 		// Rolled back, or never sent: a caller who left meanwhile is
-		// answered, not run again (hold).
-		if !take(c) {
+		// answered, not run again.
+		if !c.claim() {
 			continue
 		}
 		c.res = single(ctx, conn, c)
@@ -523,9 +547,16 @@ func (p *Pipeline) patiently(ctx context.Context, c *call) result {
 	return r
 }
 
-// single runs c alone on conn.
+// single runs c, claimed, alone on conn. As a batch of one: pgx's Query
+// encodes, sends and then waits for the statement's first answer in one
+// call, where SendBatch returns once it is sent, so c is released (its
+// caller free to leave) while the server runs it.
 func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
-	rows, err := conn.Query(ctx, c.sql, c.args...)
+	var b pgx.Batch
+	b.Queue(c.sql, c.args...)
+	br := conn.SendBatch(ctx, &b)
+	c.reading.Unlock()
+	rows, err := br.Query()
 	if err == nil {
 		r = collect(conn, rows)
 		err = r.err
@@ -533,6 +564,7 @@ func single(ctx context.Context, conn *pgx.Conn, c *call) (r result) {
 			err = nil
 		}
 	}
+	err = cmp.Or(br.Close(), err)
 	if err == nil && !idle(conn) {
 		err = errors.New("pipeline: a statement left a transaction open")
 		_ = conn.Close(ctx)

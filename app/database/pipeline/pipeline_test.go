@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -508,4 +509,67 @@ func TestAStatementWhoseCallerLeftIsNotRun(t *testing.T) {
 	_, err = db.ExecContext(cctx, `SELECT pg_sleep(2)`)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), time.Second, "the caller was held for the statement")
+}
+
+// valuer is an argument whose encoding takes as long as the test says:
+// Value runs when pgx encodes it, in a lane.
+type valuer struct {
+	reading, release chan struct{}
+}
+
+func (v valuer) Value() (driver.Value, error) {
+	close(v.reading)
+	<-v.release
+	return "read", nil
+}
+
+// A caller that stops waiting while a lane encodes its arguments has its
+// error only once they are encoded: the lane never reads a caller's
+// arguments after do returned, so the caller may reuse them at once.
+// Alone on the connection and in a batch.
+func TestALeavingCallerWaitsOutTheEncodingOfItsArguments(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	send := func(ctx context.Context, v valuer) <-chan error {
+		ended := make(chan error, 1)
+		go func() {
+			_, err := db.ExecContext(ctx, `INSERT INTO t (k) VALUES ($1)`, v)
+			ended <- err
+		}()
+		return ended
+	}
+	leave := func(name string, v valuer, cancel context.CancelFunc, ended <-chan error) {
+		t.Helper()
+		<-v.reading
+		cancel()
+		select {
+		case err := <-ended:
+			close(v.release) // the lane goes on, and the test ends
+			t.Fatalf("%s: the caller had its answer (%v) while its argument was being read", name, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(v.release)
+		require.ErrorIs(t, <-ended, context.Canceled, name)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	alone := valuer{make(chan struct{}), make(chan struct{})}
+	leave("alone", alone, cancel, send(ctx, alone))
+
+	// The lane is busy encoding first's argument while second and third
+	// queue; they go together next, and second's caller leaves during
+	// that batch's encoding.
+	first := valuer{make(chan struct{}), make(chan struct{})}
+	firstEnded := send(context.Background(), first)
+	<-first.reading
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	second := valuer{make(chan struct{}), make(chan struct{})}
+	secondEnded := send(ctx2, second)
+	third := make(chan error, 1)
+	go func() { _, err := db.Exec(`INSERT INTO t (k) VALUES ('third')`); third <- err }()
+	time.Sleep(50 * time.Millisecond) // both wait for the lane
+	close(first.release)
+	require.Error(t, <-firstEnded) // the same key 'read' as alone's
+	leave("in a batch", second, cancel2, secondEnded)
+	require.NoError(t, <-third)
 }
