@@ -481,11 +481,7 @@ func (s *Service) lookUpRefundInstead(ctx context.Context, claim idempotency.Cla
 	}
 	switch st {
 	case Resolved, Skipped:
-		rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
-		if err != nil {
-			return Answer{}, err
-		}
-		return rec.Response(), nil
+		return s.storedAnswer(ctx, claim)
 	case Released:
 		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 			"the provider never received this refund; retry with the same Idempotency-Key to send it").

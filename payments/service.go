@@ -315,11 +315,7 @@ func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p 
 	}
 	switch st {
 	case Resolved, Skipped:
-		rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
-		if err != nil {
-			return Answer{}, err
-		}
-		return rec.Response(), nil
+		return s.storedAnswer(ctx, claim)
 	case Released:
 		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
 			"the provider never received this payment; retry with the same Idempotency-Key to charge it").
@@ -327,6 +323,21 @@ func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p 
 	default:
 		return s.unknown(ctx, claim, p)
 	}
+}
+
+// storedAnswer is the answer a settle stored on claim's key. Skipped also
+// means the settle lost the key to another settler (its lease lapsed
+// during the lookup): the key is then still in progress, with no answer
+// yet, and the retry is told to come back for it.
+func (s *Service) storedAnswer(ctx context.Context, claim idempotency.Claim) (Answer, error) {
+	rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+	if err != nil {
+		return Answer{}, err
+	}
+	if rec.Status != idempotency.StatusDone {
+		return Answer{}, keyInUse()
+	}
+	return rec.Response(), nil
 }
 
 // open writes (or re-opens) the payment row before the provider is called,
