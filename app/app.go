@@ -175,7 +175,11 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 
 	a.Sim = simulator.New(db, simulator.Config{Latency: cfg.Provider.SimulatorLatency})
 	reg := providers.NewRegistry()
-	reg.Register(simulator.Name, nil, a.Sim.Constructor())
+	if cfg.Provider.Simulator {
+		reg.Register(simulator.Name, nil, a.Sim.Constructor())
+	} else {
+		log.Info("the simulator provider is off (SIMULATOR_ENABLED=false, the default in production): tenants use real providers only")
+	}
 	reg.Register(paystack.Name, paystack.RequiredSecrets, paystack.New(paystack.Config{
 		BaseURL: cfg.Provider.PaystackBaseURL, Timeout: cfg.Provider.Timeout}))
 	reg.Register(flutterwave.Name, flutterwave.RequiredSecrets, flutterwave.New(flutterwave.Config{

@@ -189,3 +189,26 @@ func TestRequestID(t *testing.T) {
 		})
 	}
 }
+
+// With SIMULATOR_ENABLED=false (production's default) no tenant can use
+// the simulator: it would record succeeded payments, and send signed
+// payment.succeeded events, with no money behind them.
+func TestTheSimulatorOffIsNoProvider(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("SIMULATOR_ENABLED", "false"))
+	refused := func(r apptest.Response, field string) {
+		t.Helper()
+		require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s", r.Body)
+		require.Equal(t, "invalid_request", r.Code(t))
+		require.Contains(t, string(r.Body), `"field":"`+field+`"`)
+	}
+
+	refused(g.Admin("POST", "/admin/v1/tenants", map[string]any{"name": "Ada", "default_provider": "simulator"}), "default_provider")
+	m := g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]any{"secret_key": "sk_test_sim_off"}}})
+	r := g.Admin("GET", "/admin/v1/tenants/"+m.ID, nil)
+	require.Equal(t, []any{"paystack"}, r.JSON(t)["providers"])
+	refused(g.Admin("PATCH", "/admin/v1/tenants/"+m.ID, map[string]any{"default_provider": "simulator"}), "default_provider")
+	refused(g.Pay(m, "sim-off", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com",
+		"payment_method": "sim_success", "provider": "simulator"}), "provider")
+}

@@ -171,6 +171,11 @@ type Provider struct {
 	StripeBaseURL      string        // STRIPE_BASE_URL
 	Timeout            time.Duration // PROVIDER_TIMEOUT
 	SimulatorLatency   time.Duration // SIMULATOR_LATENCY
+	// Simulator offers the simulator provider to every tenant
+	// (SIMULATOR_ENABLED; on in development, off in production: it
+	// "charges" without moving money, and a merchant's credentials would
+	// mint succeeded payments and signed events with nothing behind them).
+	Simulator bool
 }
 
 // Payments tunes the idempotency lease.
@@ -340,6 +345,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		JWTSecret:           Secret(r.str("JWT_SECRET", "")),
 		JWTSecretPrevious:   Secret(r.str("JWT_SECRET_PREVIOUS", "")),
 	}
+	c.Provider.Simulator = r.bool("SIMULATOR_ENABLED", !c.Production())
 	masterRaw := r.str("MASTER_KEY", "")
 	previousRaw := r.str("MASTER_KEY_PREVIOUS", "")
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,31 @@ func TestProductionRefusesMissingSecrets(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, c.Secrets.Generated)
 	require.Equal(t, "json", c.Log.Format)
+	require.False(t, c.Provider.Simulator, "the simulator charges without moving money: off in production unless asked for")
+}
+
+func TestTheSimulatorIsOnOnlyWhereWanted(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+		"JWT_SECRET": jwt32, "MASTER_KEY": master}
+	staging := maps.Clone(prod)
+	staging["SIMULATOR_ENABLED"] = "true"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"development", map[string]string{"DATA_DIR": t.TempDir()}, true},
+		{"development, off", map[string]string{"DATA_DIR": t.TempDir(), "SIMULATOR_ENABLED": "false"}, false},
+		{"production", prod, false},
+		{"production, asked for (a staging load test)", staging, true},
+	} {
+		c, err := config.LoadFrom(env(tc.env))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, c.Provider.Simulator, tc.name)
+	}
+	_, err := config.LoadFrom(env(map[string]string{"DATA_DIR": t.TempDir(), "SIMULATOR_ENABLED": "sometimes"}))
+	require.ErrorContains(t, err, "SIMULATOR_ENABLED")
 }
 
 func TestInvalidValuesNameTheirVariable(t *testing.T) {
