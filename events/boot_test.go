@@ -3,6 +3,8 @@ package events
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,4 +60,23 @@ func TestMigrateQueueBeforeTheInstances(t *testing.T) {
 		_, err = New(context.Background(), Config{DB: db, Box: box, Schedule: []time.Duration{time.Second}})
 		require.NoError(t, err)
 	})
+}
+
+// River's lines reach the gateway's log one level down (an ERROR stays an
+// ERROR), each at most once a minute: the ERROR River logs for every
+// fetch it fails while PostgreSQL is away, ten a second, does not drown
+// the gateway's own lines.
+func TestRiversLinesAreQuietAndThrottled(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	log := quiet(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	for range 50 {
+		log.Error("producer: Error fetching jobs", "err", "dial tcp 127.0.0.1:5432: connect: connection refused")
+		log.Warn("elector: leadership attempt failed")
+		log.Info("producer: fetched 0 jobs")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2, out.String())
+	require.Contains(t, lines[0], "level=ERROR")
+	require.Contains(t, lines[1], "level=INFO", "a WARN is one level down")
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/ids"
+	"github.com/oncepay/gateway/app/logthrottle"
 	"github.com/oncepay/gateway/app/secretbox"
 )
 
@@ -249,9 +250,12 @@ func (q queueDB) up(ctx context.Context, m *rivermigrate.Migrator[*sql.Tx]) erro
 	return err
 }
 
-// quiet hands River's chatter to slog one level down.
+// quiet hands River's chatter to slog one level down, and each of its
+// lines at most once a minute: while PostgreSQL is away River logs an
+// ERROR for every fetch it fails, ten a second, which would drown the
+// gateway's own line saying so.
 func quiet(l *slog.Logger) *slog.Logger {
-	return slog.New(levelDown{l.Handler()})
+	return slog.New(levelDown{logthrottle.New(l.Handler(), time.Minute, nil)})
 }
 
 type levelDown struct{ slog.Handler }

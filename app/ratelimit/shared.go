@@ -116,6 +116,11 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 	opt.PoolSize = 32
 	opt.MinIdleConns = 0
 	opt.ContextTimeoutEnabled = true
+	// go-redis prints its own lines (a dial that failed, a pool that
+	// cannot grow) to stderr as plain text, one a second under traffic
+	// while Redis is away; they go through slog instead, at DEBUG: the
+	// limiter WARNs about the outage itself, once every WarnEvery.
+	redis.SetLogger(redisLog{cfg.Log})
 	rdb := redis.NewClient(opt)
 	return &Shared{
 		rdb:    rdb,
@@ -251,4 +256,11 @@ func redactedErr(err error) string {
 		return ne.Error()
 	}
 	return fmt.Sprintf("%T", err)
+}
+
+// redisLog is go-redis's logger, as structured lines.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
