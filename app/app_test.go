@@ -212,3 +212,46 @@ func TestTheSimulatorOffIsNoProvider(t *testing.T) {
 	refused(g.Pay(m, "sim-off", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com",
 		"payment_method": "sim_success", "provider": "simulator"}), "provider")
 }
+
+// A route that takes no query parameter refuses one, cache-busters
+// included, as the lists refuse one they do not take: a filter is never
+// silently ignored (README, "Errors").
+func TestSingleResourceRoutesTakeNoQuery(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	pay := g.Pay(m, "no-query", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+	require.Equal(t, http.StatusCreated, pay.StatusCode, "%s", pay.Body)
+	payment := pay.JSON(t)["id"].(string)
+	bearer := []string{"Authorization", "Bearer " + m.Token}
+	refund := g.Do("POST", "/v1/payments/"+payment+"/refunds", []byte(`{"amount":1000}`),
+		append(bearer, "Idempotency-Key", "no-query-refund", "Content-Type", "application/json")...)
+	require.Equal(t, http.StatusCreated, refund.StatusCode, "%s", refund.Body)
+	receiver := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(receiver.Close)
+	endpoint := g.Do("POST", "/v1/webhook_endpoints", []byte(`{"url":"`+receiver.URL+`"}`),
+		append(bearer, "Idempotency-Key", "no-query-endpoint", "Content-Type", "application/json")...)
+	require.Equal(t, http.StatusCreated, endpoint.StatusCode, "%s", endpoint.Body)
+	events := g.Get(m, "/v1/events").JSON(t)["data"].([]any)
+	require.NotEmpty(t, events)
+	admin := []string{"Authorization", "Bearer " + apptest.AdminKey}
+
+	for _, route := range []struct {
+		path string
+		auth []string
+	}{
+		{"/v1/payments/" + payment, bearer},
+		{"/v1/refunds/" + refund.JSON(t)["id"].(string), bearer},
+		{"/v1/webhook_endpoints/" + endpoint.JSON(t)["id"].(string), bearer},
+		{"/v1/events/" + events[0].(map[string]any)["id"].(string), bearer},
+		{"/v1/me", bearer},
+		{"/admin/v1/payments/" + payment, admin},
+		{"/admin/v1/tenants/" + m.ID, admin},
+	} {
+		require.Equal(t, http.StatusOK, g.Do("GET", route.path, nil, route.auth...).StatusCode, route.path)
+		r := g.Do("GET", route.path+"?_=1733580000", nil, route.auth...)
+		require.Equal(t, http.StatusBadRequest, r.StatusCode, "%s: %s", route.path, r.Body)
+		require.Equal(t, "invalid_request", r.Code(t), route.path)
+		require.Contains(t, string(r.Body), `"field":"_"`, route.path)
+	}
+}

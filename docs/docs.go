@@ -256,6 +256,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/AdminPaymentDetail"
                         }
                     },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
@@ -716,6 +722,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Tenant"
                         }
                     },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "401": {
                         "description": "unauthorized",
                         "schema": {
@@ -1143,6 +1155,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Event"
                         }
                     },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
@@ -1263,6 +1281,12 @@ const docTemplate = `{
                         "description": "OK",
                         "schema": {
                             "$ref": "#/definitions/Tenant"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {
@@ -1619,6 +1643,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Payment"
                         }
                     },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
@@ -1953,6 +1983,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Refund"
                         }
                     },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "401": {
                         "description": "invalid_token",
                         "schema": {
@@ -2153,6 +2189,12 @@ const docTemplate = `{
                         "description": "OK",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpoint"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
                         }
                     },
                     "401": {

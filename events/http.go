@@ -161,12 +161,16 @@ func (h *Handler) listEndpoints(c *fiber.Ctx) error {
 // @Security     BearerAuth
 // @Param        id path string true "Endpoint id" extensions(x-example=we_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Success      200 {object} EndpointView
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           getWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [get]
 func (h *Handler) getEndpoint(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	id := c.Params("id")
 	if !wellFormed("we_", id) {
 		return errEndpointNotFound
@@ -437,12 +441,16 @@ func (h *Handler) list(c *fiber.Ctx) error {
 // @Security     BearerAuth
 // @Param        id path string true "Event id" extensions(x-example=evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
 // @Success      200 {object} EventBody
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "event_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           getEvent
 // @Router       /v1/events/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	id := c.Params("id")
 	notFound := problem.New(fiber.StatusNotFound, "event_not_found", "no such event")
 	if !wellFormed("evt_", id) {

@@ -152,12 +152,16 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 // @Security     AdminKey
 // @Param        id path string true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
 // @Success      200 {object} AdminDetail
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @ID           adminGetPayment
 // @Router       /admin/v1/payments/{id} [get]
 func (h *Handler) adminGet(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	id := c.Params("id")
 	if !wellFormedID(id) {
 		return errPaymentNotFound

@@ -137,6 +137,7 @@ type UnavailableProblem struct {
 // @Security     BearerAuth
 // @Param        id path string true "Payment id" extensions(x-example=pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
 // @Success      200 {object} View
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "payment_not_found"
@@ -146,6 +147,9 @@ type UnavailableProblem struct {
 // @ID           getPayment
 // @Router       /v1/payments/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	m, err := h.caller(c)
 	if err != nil {
 		return err
@@ -451,6 +455,7 @@ func (h *Handler) listRefunds(c *fiber.Ctx) error {
 // @Security     BearerAuth
 // @Param        id path string true "Refund id" extensions(x-example=re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8)
 // @Success      200 {object} RefundView
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "refund_not_found"
@@ -460,6 +465,9 @@ func (h *Handler) listRefunds(c *fiber.Ctx) error {
 // @ID           getRefund
 // @Router       /v1/refunds/{id} [get]
 func (h *Handler) getRefund(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	m, err := h.caller(c)
 	if err != nil {
 		return err

@@ -277,6 +277,7 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Produce		application/problem+json
 //	@Param			id	path		string	true	"Tenant id"	extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
 //	@Success		200	{object}	TenantResponse
+//	@Failure		400	{object}	problem.Problem	"invalid_request: a query parameter (the route takes none)"
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
@@ -284,6 +285,9 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@ID				getTenant
 //	@Router			/admin/v1/tenants/{id} [get]
 func (h *Handler) getTenant(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	t, err := h.svc.Get(c.UserContext(), utils.CopyString(c.Params("id")))
 	if err != nil {
 		return toProblem(err)
@@ -580,6 +584,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Produce		json
 //	@Produce		application/problem+json
 //	@Success		200	{object}	TenantResponse
+//	@Failure		400	{object}	problem.Problem	"invalid_request: a query parameter (the route takes none)"
 //	@Failure		401	{object}	problem.Problem	"invalid_token"
 //	@Failure		403	{object}	problem.Problem	"tenant_suspended"
 //	@Failure		429	{object}	problem.Problem	"rate_limited (Retry-After)"
@@ -589,6 +594,9 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@ID				getMe
 //	@Router			/v1/me [get]
 func (h *Handler) me(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
 	t, ok := CurrentTenant(c)
 	if !ok {
 		return invalidToken(c, "a bearer access token is required")

@@ -5355,6 +5355,11 @@ type AdminGetPaymentResponse200Headers struct {
 	XRequestId string
 }
 
+// AdminGetPaymentResponse400Headers the declared response headers of an HTTP 400 response for AdminGetPayment
+type AdminGetPaymentResponse400Headers struct {
+	XRequestId string
+}
+
 // AdminGetPaymentResponse401Headers the declared response headers of an HTTP 401 response for AdminGetPayment
 type AdminGetPaymentResponse401Headers struct {
 	XRequestId string
@@ -5375,6 +5380,8 @@ type AdminGetPaymentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AdminPaymentDetail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -5383,6 +5390,8 @@ type AdminGetPaymentResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AdminGetPaymentResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminGetPaymentResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AdminGetPaymentResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -5394,6 +5403,11 @@ type AdminGetPaymentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r AdminGetPaymentResponse) GetJSON200() *AdminPaymentDetail {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminGetPaymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6023,6 +6037,11 @@ type GetTenantResponse200Headers struct {
 	XRequestId string
 }
 
+// GetTenantResponse400Headers the declared response headers of an HTTP 400 response for GetTenant
+type GetTenantResponse400Headers struct {
+	XRequestId string
+}
+
 // GetTenantResponse401Headers the declared response headers of an HTTP 401 response for GetTenant
 type GetTenantResponse401Headers struct {
 	XRequestId string
@@ -6043,6 +6062,8 @@ type GetTenantResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Tenant
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6051,6 +6072,8 @@ type GetTenantResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetTenantResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetTenantResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetTenantResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -6062,6 +6085,11 @@ type GetTenantResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetTenantResponse) GetJSON200() *Tenant {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetTenantResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6680,6 +6708,11 @@ type GetEventResponse200Headers struct {
 	XRequestId string
 }
 
+// GetEventResponse400Headers the declared response headers of an HTTP 400 response for GetEvent
+type GetEventResponse400Headers struct {
+	XRequestId string
+}
+
 // GetEventResponse401Headers the declared response headers of an HTTP 401 response for GetEvent
 type GetEventResponse401Headers struct {
 	XRequestId string
@@ -6700,6 +6733,8 @@ type GetEventResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Event
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6708,6 +6743,8 @@ type GetEventResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetEventResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetEventResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetEventResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -6719,6 +6756,11 @@ type GetEventResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetEventResponse) GetJSON200() *Event {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6888,6 +6930,11 @@ type GetMeResponse200Headers struct {
 	XRequestId string
 }
 
+// GetMeResponse400Headers the declared response headers of an HTTP 400 response for GetMe
+type GetMeResponse400Headers struct {
+	XRequestId string
+}
+
 // GetMeResponse401Headers the declared response headers of an HTTP 401 response for GetMe
 type GetMeResponse401Headers struct {
 	XRequestId string
@@ -6914,6 +6961,8 @@ type GetMeResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Tenant
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -6924,6 +6973,8 @@ type GetMeResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetMeResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetMeResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetMeResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -6937,6 +6988,11 @@ type GetMeResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetMeResponse) GetJSON200() *Tenant {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetMeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -7337,6 +7393,11 @@ type GetPaymentResponse200Headers struct {
 	XRequestId string
 }
 
+// GetPaymentResponse400Headers the declared response headers of an HTTP 400 response for GetPayment
+type GetPaymentResponse400Headers struct {
+	XRequestId string
+}
+
 // GetPaymentResponse401Headers the declared response headers of an HTTP 401 response for GetPayment
 type GetPaymentResponse401Headers struct {
 	XRequestId string
@@ -7368,6 +7429,8 @@ type GetPaymentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Payment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -7380,6 +7443,8 @@ type GetPaymentResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetPaymentResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetPaymentResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetPaymentResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -7395,6 +7460,11 @@ type GetPaymentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetPaymentResponse) GetJSON200() *Payment {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPaymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -7812,6 +7882,11 @@ type GetRefundResponse200Headers struct {
 	XRequestId string
 }
 
+// GetRefundResponse400Headers the declared response headers of an HTTP 400 response for GetRefund
+type GetRefundResponse400Headers struct {
+	XRequestId string
+}
+
 // GetRefundResponse401Headers the declared response headers of an HTTP 401 response for GetRefund
 type GetRefundResponse401Headers struct {
 	XRequestId string
@@ -7843,6 +7918,8 @@ type GetRefundResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Refund
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -7855,6 +7932,8 @@ type GetRefundResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetRefundResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetRefundResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetRefundResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -7870,6 +7949,11 @@ type GetRefundResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetRefundResponse) GetJSON200() *Refund {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRefundResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -8271,6 +8355,11 @@ type GetWebhookEndpointResponse200Headers struct {
 	XRequestId string
 }
 
+// GetWebhookEndpointResponse400Headers the declared response headers of an HTTP 400 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse400Headers struct {
+	XRequestId string
+}
+
 // GetWebhookEndpointResponse401Headers the declared response headers of an HTTP 401 response for GetWebhookEndpoint
 type GetWebhookEndpointResponse401Headers struct {
 	XRequestId string
@@ -8291,6 +8380,8 @@ type GetWebhookEndpointResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WebhookEndpoint
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -8299,6 +8390,8 @@ type GetWebhookEndpointResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetWebhookEndpointResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetWebhookEndpointResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetWebhookEndpointResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -8310,6 +8403,11 @@ type GetWebhookEndpointResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetWebhookEndpointResponse) GetJSON200() *WebhookEndpoint {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -9752,6 +9850,13 @@ func ParseAdminGetPaymentResponse(rsp *http.Response) (*AdminGetPaymentResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9786,6 +9891,16 @@ func ParseAdminGetPaymentResponse(rsp *http.Response) (*AdminGetPaymentResponse,
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminGetPaymentResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers AdminGetPaymentResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10459,6 +10574,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10493,6 +10615,16 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetTenantResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetTenantResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11101,6 +11233,13 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11135,6 +11274,16 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetEventResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetEventResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11315,6 +11464,13 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11356,6 +11512,16 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetMeResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetMeResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11866,6 +12032,13 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11914,6 +12087,16 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetPaymentResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetPaymentResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -12437,6 +12620,13 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12485,6 +12675,16 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetRefundResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetRefundResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -12923,6 +13123,13 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12957,6 +13164,16 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetWebhookEndpointResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetWebhookEndpointResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
