@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -147,9 +148,12 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	in.Provider = name
 
 	p, redrive, err := s.open(ctx, claim, m.ID, in)
+	var waiting recheckFirst
 	switch {
 	case errors.Is(err, errMismatch):
 		return Answer{}, s.release(ctx, claim, idempotency.MismatchProblem())
+	case errors.As(err, &waiting):
+		return Answer{}, s.release(ctx, claim, waiting.problem(s.now()))
 	case err != nil:
 		if _, ok := problem.As(err); ok {
 			return Answer{}, err
@@ -244,6 +248,24 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 // request that spent its budget on the provider can still record.
 func (s *Service) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RecordTimeout)
+}
+
+// recheckFirst: the key's payment was released as never charged more than
+// redriveWindow after its first attempt, and its recheck is still to come
+// (see open): nothing is sent before it.
+type recheckFirst struct{ at time.Time }
+
+func (r recheckFirst) Error() string {
+	return "payments: released past the redrive window; recheck first"
+}
+
+// problem is the 503 that says when to come back: once the recheck is due.
+func (r recheckFirst) problem(now time.Time) *problem.Problem {
+	wait := max(1, int(math.Ceil(r.at.Sub(now).Seconds())))
+	return problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
+		"the provider had no record of this payment when it was last asked; it is asked once more at "+
+			r.at.UTC().Format(time.RFC3339)+" before the payment can be charged again: retry with the same Idempotency-Key after Retry-After").
+		WithRetryAfter(wait)
 }
 
 // errMismatch: the key's payment was made by another request (its
@@ -389,6 +411,16 @@ func (s *Service) open(ctx context.Context, claim idempotency.Claim, merchantID 
 		}
 		from, fromCode := existing.Status, existing.FailureCode
 		switch {
+		case existing.retryable() && existing.FailureCode == FailureNotProcessed && existing.RecheckAt != nil &&
+			existing.age() > redriveWindow:
+			// Released as never charged, its recheck still to come, and
+			// past the window in which a re-sent charge is safe: this
+			// attempt could only look the charge up again, and re-opening
+			// the payment would put its recheck off — every retry within
+			// RECHECK_AFTER would, for ever. It waits for the recheck,
+			// which confirms the non-charge (then a retry charges) or
+			// finds the charge (then a retry replays it).
+			return recheckFirst{at: *existing.RecheckAt}
 		case existing.retryable():
 			// The key was released after a non-charge: this is a new
 			// attempt at the same payment, with the same reference.
