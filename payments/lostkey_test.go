@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
 
@@ -98,4 +99,59 @@ func TestAnOldReleasedPaymentWaitsForItsRecheck(t *testing.T) {
 	retry := g.Pay(m, "away-a-day", body("sim_late"))
 	require.NotEqual(t, http.StatusServiceUnavailable, retry.StatusCode, "%s", retry.Body)
 	require.Equal(t, 1, charges(t, g, m.ID, "away-a-day"), "sent again under its reference: one charge")
+}
+
+// The same for a refund released as never made more than a day after it
+// was first sent: a retry waits (503, Retry-After) for the recheck, which
+// it does not put off; once the recheck has confirmed Paystack has no such
+// refund, a retry sends it again — where before every retry past the day
+// only looked it up, for ever.
+func TestAnOldReleasedRefundWaitsForItsRecheck(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]apptest.Option{"postgres": nil, "sqlite": {apptest.SQLite()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			oldReleasedRefundWaits(t, opts...)
+		})
+	}
+}
+
+func oldReleasedRefundWaits(t *testing.T, opts ...apptest.Option) {
+	ps, g, m, paymentID := paidAtPaystack(t, opts...)
+	ref := providers.RefundReference(m.ID, "r")
+	ps.FailNextPost(http.StatusGatewayTimeout) // the refund never reaches Paystack; the gateway cannot tell
+	lost := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, "%s", lost.Body)
+	refundID := lost.JSON(t)["id"].(string)
+	ageKeys(t, g, 2*time.Hour) // past RECHECK_AFTER since it was sent: released
+	sweep(t, g)
+	require.Equal(t, "not_processed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["failure_code"])
+	db := g.App.DB()
+	dbtest.Age(t, db, 25*time.Hour, "refunds", "created_at", "updated_at")
+	var before []struct{ RecheckAt time.Time }
+	require.NoError(t, db.Table("refund_rechecks").Select("recheck_at").Scan(&before).Error)
+	require.Len(t, before, 1)
+
+	for range 2 {
+		retry := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+		require.Equal(t, http.StatusServiceUnavailable, retry.StatusCode, "%s", retry.Body)
+		require.Equal(t, "provider_unavailable", retry.Code(t))
+		wait, err := strconv.Atoi(retry.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.InDelta(t, time.Hour.Seconds(), wait, 120, "until the recheck")
+		var after []struct{ RecheckAt time.Time }
+		require.NoError(t, db.Table("refund_rechecks").Select("recheck_at").Scan(&after).Error)
+		require.Equal(t, before, after, "the recheck is not put off")
+		require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"])
+	}
+	require.Zero(t, ps.Refunds(ref))
+
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+	require.EqualValues(t, 1, sweep(t, g).Confirmed)
+	retry := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+	// Paystack answers a refund's creation "pending" (queued), and settles it later.
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, "%s", retry.Body)
+	require.Equal(t, "pending", retry.JSON(t)["status"])
+	require.Equal(t, 1, ps.Refunds(ref), "sent again once the recheck confirmed none")
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, paymentID))
 }

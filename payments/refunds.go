@@ -65,11 +65,14 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 	}
 	r, redrive, err := s.openRefund(ctx, claim, m.ID, paymentID, in)
 	var rce refundClaimErr
+	var waiting recheckFirst
 	switch {
 	case errors.As(err, &rce):
 		return Answer{}, s.release(ctx, claim, rce.err)
 	case errors.Is(err, errMismatch):
 		return Answer{}, s.release(ctx, claim, idempotency.MismatchProblem())
+	case errors.As(err, &waiting):
+		return Answer{}, s.release(ctx, claim, waiting.problem(s.now()))
 	case err != nil:
 		if _, ok := problem.As(err); ok {
 			return Answer{}, err
@@ -184,6 +187,21 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			}
 		}
 		from, fromCode, fromAttempts := r.Status, r.FailureCode, r.Attempts
+		pastWindow := r.retryable() && fromCode == FailureNotProcessed && r.age() > redriveWindow
+		if pastWindow {
+			// As for a payment (see open): released as never made, past
+			// the window in which sending it again is safe, a retry could
+			// only look it up — and each would put the recheck off. It
+			// waits for the recheck; once that has confirmed the provider
+			// has none, it is sent again.
+			at, due, err := s.store.refundRecheckDue(ctx, tx, merchantID, r.ID)
+			if err != nil {
+				return err
+			}
+			if due {
+				return recheckFirst{at: at, refund: true}
+			}
+		}
 		switch {
 		case r.retryable():
 			// Released after a certain non-refund: a new attempt, with the
@@ -205,7 +223,7 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 			}
 			r.Amount, r.Reason, r.Metadata = amount, in.Reason, in.Metadata
 			r.Status, r.FailureCode, r.FailureMessage = RefundPending, "", ""
-			redrive = fromCode == FailureNotProcessed
+			redrive = fromCode == FailureNotProcessed && !pastWindow
 		case r.final():
 			return nil // answered from the ledger
 		default:

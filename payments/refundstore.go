@@ -222,6 +222,18 @@ ON CONFLICT (merchant_id, refund_id) DO UPDATE SET recheck_at = excluded.recheck
 	return interpret("schedule refund recheck", err)
 }
 
+// refundRecheckDue reports when a released refund's recheck is due, and
+// false when it has none (confirmed, or never released as not_processed).
+func (s *Store) refundRecheckDue(ctx context.Context, tx *gorm.DB, merchantID, refundID string) (time.Time, bool, error) {
+	var rows []struct{ RecheckAt time.Time }
+	err := s.exec(ctx, tx).Table("refund_rechecks").Select("recheck_at").
+		Where("merchant_id = ? AND refund_id = ?", merchantID, refundID).Scan(&rows).Error
+	if err != nil || len(rows) == 0 {
+		return time.Time{}, false, interpret("refund recheck", err)
+	}
+	return rows[0].RecheckAt, true, nil
+}
+
 // recheckReleasedRefundAgain schedules a released refund's recheck after
 // after, as scheduleRefundRecheck, but outside the release's transaction:
 // only while the refund is still released at attempts, the attempt the

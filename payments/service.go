@@ -253,7 +253,10 @@ func (s *Service) recordContext(ctx context.Context) (context.Context, context.C
 // recheckFirst: the key's payment was released as never charged more than
 // redriveWindow after its first attempt, and its recheck is still to come
 // (see open): nothing is sent before it.
-type recheckFirst struct{ at time.Time }
+type recheckFirst struct {
+	at     time.Time
+	refund bool
+}
 
 func (r recheckFirst) Error() string {
 	return "payments: released past the redrive window; recheck first"
@@ -262,9 +265,13 @@ func (r recheckFirst) Error() string {
 // problem is the 503 that says when to come back: once the recheck is due.
 func (r recheckFirst) problem(now time.Time) *problem.Problem {
 	wait := max(1, int(math.Ceil(r.at.Sub(now).Seconds())))
+	what, again := "payment", "charged"
+	if r.refund {
+		what, again = "refund", "sent"
+	}
 	return problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
-		"the provider had no record of this payment when it was last asked; it is asked once more at "+
-			r.at.UTC().Format(time.RFC3339)+" before the payment can be charged again: retry with the same Idempotency-Key after Retry-After").
+		"the provider had no record of this "+what+" when it was last asked; it is asked once more at "+
+			r.at.UTC().Format(time.RFC3339)+" before the "+what+" can be "+again+" again: retry with the same Idempotency-Key after Retry-After").
 		WithRetryAfter(wait)
 }
 
