@@ -210,6 +210,7 @@ func TestOperatorDesk(t *testing.T) {
 		fresh := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
 		require.Equal(t, http.StatusConflict, fresh.StatusCode)
 		require.Equal(t, "payment_in_progress", fresh.Code(t), "its last attempt is recent")
+		require.Equal(t, "5", fresh.Header.Get("Retry-After"), "when to try the resolution again")
 		ageKeys(t, g, time.Hour)
 		no := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "failed", "note": "looks lost"})
 		require.Equal(t, http.StatusConflict, no.StatusCode, string(no.Body))
