@@ -3153,7 +3153,7 @@ const docTemplate = `{
                     "example": "NGN"
                 },
                 "description": {
-                    "description": "Description is free text shown to the merchant.",
+                    "description": "Description is free text shown to the merchant: printable, one line.",
                     "type": "string",
                     "example": "Order #1001"
                 },
@@ -3163,7 +3163,7 @@ const docTemplate = `{
                     "example": "ada@example.com"
                 },
                 "metadata": {
-                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).",
+                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).",
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"
@@ -3193,7 +3193,7 @@ const docTemplate = `{
                     "example": 3000
                 },
                 "metadata": {
-                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).",
+                    "description": "Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).",
                     "type": "object",
                     "additionalProperties": {
                         "type": "string"

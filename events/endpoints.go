@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
@@ -80,8 +81,8 @@ func (s *Service) check(req EndpointRequest, create bool) error {
 		}
 	}
 	if req.Description != nil && (utf8.RuneCountInString(*req.Description) > 200 || !utf8.ValidString(*req.Description) ||
-		strings.ContainsAny(*req.Description, "\x00\r\n")) {
-		return invalid("description", "must be one line of at most 200 characters")
+		strings.IndexFunc(*req.Description, unicode.IsControl) >= 0) {
+		return invalid("description", "must be one line of printable text of at most 200 characters")
 	}
 	if create && req.Disabled != nil && *req.Disabled {
 		return invalid("disabled", "a new endpoint is enabled")

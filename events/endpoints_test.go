@@ -112,6 +112,7 @@ func TestEndpointsAPI(t *testing.T) {
 			"Credentials":   `{"url":"https://user:pw@shop.example.com/hooks"}`,
 			"UnknownType":   `{"url":"https://shop.example.com/hooks","events":["payment.exploded"]}`,
 			"NULDesc":       `{"url":"https://shop.example.com/hooks","description":"a\u0000b"}`,
+			"EscapeDesc":    `{"url":"https://shop.example.com/hooks","description":"a\u0001\u001b[31mred"}`,
 			"UnknownField":  `{"url":"https://shop.example.com/hooks","surprise":1}`,
 			"CreateOff":     `{"url":"https://shop.example.com/hooks","disabled":true}`,
 			"NotJSON":       `{"url":`,

@@ -130,7 +130,7 @@ type CreateRefundRequest struct {
 	// Reason: requested_by_customer, duplicate, fraudulent, or free text of
 	// at most 200 characters.
 	Reason string `json:"reason,omitempty" example:"requested_by_customer"`
-	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).
 	Metadata map[string]*string `json:"metadata,omitempty" swaggertype:"object,string" example:"order_id:1001"`
 } // @name CreateRefundRequest
 

@@ -7,6 +7,7 @@ import (
 	"net/mail"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/oncepay/gateway/app/problem"
@@ -27,9 +28,9 @@ type CreateRequest struct {
 	PaymentMethod string `json:"payment_method" example:"sim_success"`
 	// Provider overrides the merchant's default provider.
 	Provider string `json:"provider,omitempty" example:"simulator"`
-	// Description is free text shown to the merchant.
+	// Description is free text shown to the merchant: printable, one line.
 	Description string `json:"description,omitempty" example:"Order #1001"`
-	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).
 	Metadata map[string]*string `json:"metadata,omitempty" swaggertype:"object,string" example:"order_id:1001"`
 } // @name CreatePaymentRequest
 
@@ -98,8 +99,9 @@ func parseCreate(body []byte) (input, *problem.Problem) {
 	if len(in.Provider) > 64 {
 		bad("provider", "is not a provider name")
 	}
-	if !utf8.ValidString(in.Description) || utf8.RuneCountInString(in.Description) > maxDescription {
-		bad("description", fmt.Sprintf("must be valid UTF-8, at most %d characters", maxDescription))
+	if !utf8.ValidString(in.Description) || utf8.RuneCountInString(in.Description) > maxDescription ||
+		strings.IndexFunc(in.Description, unicode.IsControl) >= 0 {
+		bad("description", fmt.Sprintf("must be printable text (UTF-8, no control characters), at most %d characters", maxDescription))
 	}
 	if msg := checkMetadata(req.Metadata); msg != "" {
 		bad("metadata", msg)
@@ -131,6 +133,11 @@ func checkMetadata(md map[string]*string) string {
 		}
 		if k == "" || len(k) > maxMetaKey || len(*v) > maxMetaValue {
 			return fmt.Sprintf("keys must be 1 to %d characters and values at most %d", maxMetaKey, maxMetaValue)
+		}
+		// As a tenant's name or a refund's reason: an escape sequence or a
+		// line break in a key or value ends up in dashboards and logs.
+		if !printableText(k, maxMetaKey) || !printableText(*v, maxMetaValue) {
+			return "keys and values must be printable text (no control characters)"
 		}
 	}
 	return ""

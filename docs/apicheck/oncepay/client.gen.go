@@ -698,7 +698,7 @@ type CreatePaymentRequest struct {
 	// Example: NGN
 	Currency string `json:"currency"`
 
-	// Description Description is free text shown to the merchant.
+	// Description Description is free text shown to the merchant: printable, one line.
 	//
 	// Example: Order #1001
 	Description *string `json:"description,omitempty"`
@@ -708,7 +708,7 @@ type CreatePaymentRequest struct {
 	// Example: ada@example.com
 	Email string `json:"email"`
 
-	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).
 	//
 	// Example: {"order_id":"1001"}
 	Metadata *map[string]string `json:"metadata,omitempty"`
@@ -732,7 +732,7 @@ type CreateRefundRequest struct {
 	// Example: 3000
 	Amount *int `json:"amount,omitempty"`
 
-	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null).
+	// Metadata Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).
 	//
 	// Example: {"order_id":"1001"}
 	Metadata *map[string]string `json:"metadata,omitempty"`
