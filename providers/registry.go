@@ -71,9 +71,25 @@ func (r *Registry) New(name string, s Secrets) (Provider, error) {
 // Validate runs New's checks without building the adapter, so the admin API
 // can reject incomplete secrets when they are stored rather than at the
 // first charge.
+//
+// Unlike New, it also refuses a name the adapter does not take: a typo
+// ("secretkey") would be stored, encrypted, and never used, with nobody
+// told. The names are not echoed: one may be a pasted key.
 func (r *Registry) Validate(name string, s Secrets) error {
-	_, err := r.check(name, s)
-	return err
+	e, err := r.check(name, s)
+	if err != nil {
+		return err
+	}
+	for k := range s {
+		if !slices.Contains(e.required, k) {
+			takes := "none"
+			if len(e.required) > 0 {
+				takes = strings.Join(e.required, ", ")
+			}
+			return fmt.Errorf("providers: %s: %w: unknown names; it takes %s", name, ErrBadSecrets, takes)
+		}
+	}
+	return nil
 }
 
 // Names lists the registered adapters, sorted.

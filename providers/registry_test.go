@@ -93,3 +93,28 @@ func TestRegistryRegisterTwicePanics(t *testing.T) {
 	require.Panics(t, func() { r.Register("paystack", nil, func(Secrets) (Provider, error) { return nil, nil }) })
 	require.Panics(t, func() { r.Register("x", nil, nil) })
 }
+
+// Validate, which the admin API runs on what it stores, refuses a secret
+// name the adapter does not take (a typo would be stored and never used)
+// without echoing it; New, which builds from what was stored, still
+// builds from an account stored with one before.
+func TestValidateRefusesUnknownSecretNames(t *testing.T) {
+	t.Parallel()
+	r := newTestRegistry()
+	for _, tc := range []struct {
+		provider string
+		secrets  Secrets
+		takes    string
+	}{
+		{"paystack", Secrets{"secret_key": "sk_test_1", "secretkey": "sk_live_TYPO"}, "it takes secret_key"},
+		{"simulator", Secrets{"k": "v"}, "it takes none"},
+	} {
+		err := r.Validate(tc.provider, tc.secrets)
+		require.ErrorIs(t, err, ErrBadSecrets, tc.provider)
+		require.Contains(t, err.Error(), tc.takes)
+		require.NotContains(t, err.Error(), "secretkey")
+		require.NotContains(t, err.Error(), "TYPO")
+		_, err = r.New(tc.provider, tc.secrets)
+		require.NoError(t, err, tc.provider)
+	}
+}

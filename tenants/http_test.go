@@ -447,6 +447,7 @@ func TestPatchTenant(t *testing.T) {
 		{"BlankSecret", `{"providers":{"paystack":{"secret_key":"  "}}}`, "providers.paystack"},
 		{"SecretWithNewline", `{"providers":{"paystack":{"secret_key":"sk_test_abc\n"}}}`, "providers.paystack"},
 		{"SecretWithTab", `{"providers":{"paystack":{"secret_key":"sk_test\tabc"}}}`, "providers.paystack"},
+		{"UnknownSecretName", `{"providers":{"paystack":{"secret_key":"sk_test_x","secretkey":"sk_test_y"}}}`, "providers.paystack"},
 		{"UnknownDefault", `{"default_provider":"mpesa"}`, "default_provider"},
 		{"DefaultNotConfigured", `{"default_provider":"stripe"}`, "default_provider"},
 		{"EmptyDefault", `{"default_provider":""}`, "default_provider"},

@@ -694,6 +694,9 @@ func secretsReason(err error) string {
 		if _, missing, ok := strings.Cut(err.Error(), "missing "); ok {
 			return "missing required secrets: " + missing
 		}
+		if _, takes, ok := strings.Cut(err.Error(), "unknown names; it takes "); ok {
+			return "unknown secret names; this provider takes: " + takes
+		}
 	}
 	return "invalid secrets"
 }
