@@ -110,7 +110,9 @@ func (h *Handler) create(c *fiber.Ctx) error {
 	return answer.Write(c)
 }
 
-// DeclinedProblem documents the 402 body: a problem with the declined payment.
+// DeclinedProblem documents the 402 body: a problem with the declined
+// payment. A final answer, stored and replayed byte for byte (often written
+// by the sweeper or a webhook): it has no request_id; quote X-Request-Id.
 type DeclinedProblem struct {
 	problem.Problem
 	DeclineCode string `json:"decline_code" example:"insufficient_funds"`
