@@ -409,7 +409,7 @@ func (h *Handler) list(c *fiber.Ctx) error {
 	if v := c.Query("created_from"); v != "" {
 		t, err := reqtime.Parse(v)
 		if err != nil {
-			return invalid("created_from", "must be an RFC 3339 time within the years 0001-9999 in UTC")
+			return invalid("created_from", "must be an RFC 3339 time, any offset (e.g. 2026-12-01T00:00:00Z), within the years 0001-9999 once in UTC")
 		}
 		p.CreatedFrom = &t
 	}

@@ -379,7 +379,7 @@ func createdRange(c *fiber.Ctx) (from, to *time.Time, err error) {
 		}
 		t, err := reqtime.Parse(v)
 		if err != nil {
-			return nil, problem.Invalid(problem.FieldError{Field: field, Reason: "must be an RFC 3339 time within the years 0001-9999 in UTC, e.g. 2026-12-01T00:00:00Z"})
+			return nil, problem.Invalid(problem.FieldError{Field: field, Reason: "must be an RFC 3339 time, any offset (e.g. 2026-12-01T00:00:00Z), within the years 0001-9999 once in UTC"})
 		}
 		return &t, nil
 	}
