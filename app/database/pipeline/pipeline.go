@@ -279,6 +279,12 @@ func (p *Pipeline) lane() {
 			answer(batch, err)
 			continue
 		}
+		// Claimed here, where batch is the lane's: claim leaves out (and
+		// answers) the calls whose callers left, and every use of batch
+		// after run — the resend, each, answer — must see only the rest.
+		if batch = claim(batch); len(batch) == 0 {
+			continue
+		}
 		switch p.run(conn, batch, true) {
 		case resend:
 			// PostgreSQL had closed the connection before running any of
@@ -288,7 +294,9 @@ func (p *Pipeline) lane() {
 				answer(batch, err)
 				break
 			}
-			p.run(conn, batch, false)
+			if batch = claim(batch); len(batch) > 0 {
+				p.run(conn, batch, false)
+			}
 		case separately:
 			// pgx refused the batch before sending it (a statement it
 			// could not prepare, or arguments it could not encode), and
@@ -392,8 +400,9 @@ const (
 	separately             // none is: send each statement alone on a new connection
 )
 
-// run sends batch on conn and answers every call in it — except when
-// mayResend is set and nothing of the batch ran (see next).
+// run sends batch, every call of it claimed, on conn and answers every
+// call in it — except when mayResend is set and nothing of the batch ran
+// (see next).
 func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -401,9 +410,6 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 		p.count(int64(len(batch)), 1, 0)
 	} else {
 		p.count(0, 1, 0)
-	}
-	if batch = claim(batch); len(batch) == 0 {
-		return done
 	}
 	if len(batch) == 1 {
 		c := batch[0]
