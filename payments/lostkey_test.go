@@ -27,6 +27,18 @@ import (
 // not given the key's empty answer (a 200 with no body).
 func TestAnOldRetryThatLosesItsKeyIsToldItIsInUse(t *testing.T) {
 	t.Parallel()
+	for name, steal := range map[string]string{
+		"taken":              `UPDATE idempotency_keys SET lock_token = 'another-settler'`,
+		"taken and released": `DELETE FROM idempotency_keys`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			oldRetryLosesItsKey(t, steal)
+		})
+	}
+}
+
+func oldRetryLosesItsKey(t *testing.T, stealSQL string) {
 	ps := paystacktest.New(t)
 	target, err := url.Parse(ps.URL)
 	require.NoError(t, err)
@@ -37,7 +49,7 @@ func TestAnOldRetryThatLosesItsKeyIsToldItIsInUse(t *testing.T) {
 		if steal.Load() && strings.HasPrefix(r.URL.Path, "/transaction/verify/") {
 			// Another settler takes the key over while the provider is
 			// asked; the provider then cannot answer.
-			if err := g.App.DB().Exec(`UPDATE idempotency_keys SET lock_token = 'another-settler'`).Error; err != nil {
+			if err := g.App.DB().Exec(stealSQL).Error; err != nil {
 				t.Error(err)
 			}
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -357,9 +357,13 @@ func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p 
 // storedAnswer is the answer a settle stored on claim's key. Skipped also
 // means the settle lost the key to another settler (its lease lapsed
 // during the lookup): the key is then still in progress, with no answer
-// yet, and the retry is told to come back for it.
+// yet, or already released by that settler (gone), and the retry is told
+// to come back for it.
 func (s *Service) storedAnswer(ctx context.Context, claim idempotency.Claim) (Answer, error) {
 	rec, err := s.keys.Get(ctx, claim.MerchantID, claim.Key)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return Answer{}, keyInUse()
+	}
 	if err != nil {
 		return Answer{}, err
 	}
