@@ -139,6 +139,11 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		if m := tenants.MerchantID(c); m != "" {
 			attrs = append(attrs, slog.String("merchant_id", m))
 		}
+		// An operator's request names its caller: the audit event of a
+		// change keeps the request's id, and this line where it came from.
+		if strings.HasPrefix(c.Path(), "/admin/") {
+			attrs = append(attrs, slog.String("remote", c.IP()))
+		}
 		// What an on-call engineer is handed (a merchant's key, a payment
 		// id) finds the request's line, and the line the payment: the key
 		// as the gateway reads it (only a well-formed one, never other

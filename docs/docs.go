@@ -3069,6 +3069,7 @@ const docTemplate = `{
                     "example": "tenant.suspended"
                 },
                 "actor": {
+                    "description": "Actor is admin (ADMIN_API_KEY), admin:previous_key\n(ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway\non its own).",
                     "type": "string",
                     "example": "admin"
                 },

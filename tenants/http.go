@@ -19,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
+	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
@@ -372,6 +373,7 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 		h.svc.log.WarnContext(c.UserContext(), "admin request with ADMIN_API_KEY_PREVIOUS; switch its caller to ADMIN_API_KEY",
 			"method", c.Method(), "path", c.Path(), "remote", c.IP(), "user_agent", ua,
 			"request_id", c.GetRespHeader(fiber.HeaderXRequestID))
+		c.SetUserContext(audit.WithPreviousAdminKey(c.UserContext()))
 	}
 	return c.Next()
 }

@@ -308,6 +308,16 @@ func TestPreviousAdminKeyAccepted(t *testing.T) {
 	require.Equal(t, 200, get(rotated, testAdminKey).status, "the previous key still works")
 	require.Contains(t, rotated.logs.String(), "admin request with ADMIN_API_KEY_PREVIOUS")
 	require.Contains(t, rotated.logs.String(), `"remote":`, "the caller can be found")
+
+	// The audit log tells which key made each change while both work.
+	for key, actor := range map[string]string{newKey: "admin", testAdminKey: "admin:previous_key"} {
+		id, _, _ := rotated.onboard(`{"name":"Ada Stores","default_provider":"simulator"}`)
+		r := rotated.do("PATCH", "/admin/v1/tenants/"+id, `{"name":"Ada's"}`, "Authorization", "Bearer "+key, "Content-Type", "application/json")
+		require.Equal(t, 200, r.status, string(r.body))
+		var actors []string
+		require.NoError(t, db.Raw(`SELECT actor FROM audit_events WHERE target_id = ? AND action = 'tenant.updated'`, id).Scan(&actors).Error)
+		require.Equal(t, []string{actor}, actors)
+	}
 	require.NotContains(t, rotated.logs.String(), testAdminKey)
 	require.Equal(t, 401, get(rotated, testAdminKey+"x").status)
 	require.Equal(t, 401, get(rotated, "").status)

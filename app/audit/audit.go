@@ -39,11 +39,13 @@ const (
 	RefundResolutionRefused  = "refund.resolution_refused"
 	EndpointDisabled         = "webhook_endpoint.disabled"
 	actorAdmin               = "admin"
+	actorAdminPrevious       = "admin:previous_key"
 	actorSystem              = "system"
 	maxNote                  = 1000
 	defaultLimit             = 50
 	maxLimit                 = 200
 	requestIDContextKey      = ctxKey("request_id")
+	previousKeyContextKey    = ctxKey("previous_admin_key")
 )
 
 type ctxKey string
@@ -55,14 +57,17 @@ var Actions = []string{TenantCreated, TenantUpdated, TenantSuspended, TenantReac
 
 // Event is one row of audit_events.
 type Event struct {
-	ID         string    `gorm:"primaryKey" json:"id" example:"aud_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
-	At         time.Time `json:"at" format:"date-time" example:"2026-12-03T10:00:00Z"`
-	Actor      string    `json:"actor" example:"admin"`
-	Action     string    `json:"action" example:"tenant.suspended"`
-	TargetType string    `json:"target_type" example:"tenant"`
-	TargetID   string    `json:"target_id" example:"ten_df4a0c1b2e3f405162738495"`
-	TenantID   string    `json:"tenant_id,omitempty" example:"ten_df4a0c1b2e3f405162738495"`
-	RequestID  string    `json:"request_id,omitempty" example:"5f0b7c2e-8d1a-4e3b-9c6d-7a8b9c0d1e2f"`
+	ID string    `gorm:"primaryKey" json:"id" example:"aud_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
+	At time.Time `json:"at" format:"date-time" example:"2026-12-03T10:00:00Z"`
+	// Actor is admin (ADMIN_API_KEY), admin:previous_key
+	// (ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway
+	// on its own).
+	Actor      string `json:"actor" example:"admin"`
+	Action     string `json:"action" example:"tenant.suspended"`
+	TargetType string `json:"target_type" example:"tenant"`
+	TargetID   string `json:"target_id" example:"ten_df4a0c1b2e3f405162738495"`
+	TenantID   string `json:"tenant_id,omitempty" example:"ten_df4a0c1b2e3f405162738495"`
+	RequestID  string `json:"request_id,omitempty" example:"5f0b7c2e-8d1a-4e3b-9c6d-7a8b9c0d1e2f"`
 	// Before and After are the target's non-secret fields around the change.
 	Before json.RawMessage `gorm:"serializer:json;type:text" json:"before" swaggertype:"object"`
 	After  json.RawMessage `gorm:"serializer:json;type:text" json:"after" swaggertype:"object"`
@@ -76,6 +81,14 @@ func (Event) TableName() string { return "audit_events" }
 // while serving it.
 func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDContextKey, id)
+}
+
+// WithPreviousAdminKey marks ctx as a request made with
+// ADMIN_API_KEY_PREVIOUS: its changes are recorded with the actor
+// "admin:previous_key", so the log tells which key made each change while
+// both are accepted (a key being rotated out may be the one that leaked).
+func WithPreviousAdminKey(ctx context.Context) context.Context {
+	return context.WithValue(ctx, previousKeyContextKey, true)
 }
 
 // Change describes one admin action for Record. Before and After are
@@ -113,6 +126,9 @@ func Record(ctx context.Context, tx *gorm.DB, c Change) error {
 	}
 	rid, _ := ctx.Value(requestIDContextKey).(string)
 	actor := actorAdmin
+	if previous, _ := ctx.Value(previousKeyContextKey).(bool); previous {
+		actor = actorAdminPrevious
+	}
 	if c.System {
 		actor = actorSystem
 	}

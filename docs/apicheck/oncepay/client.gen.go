@@ -646,7 +646,11 @@ type AuditEvent struct {
 	// Action Example: tenant.suspended
 	Action string `json:"action"`
 
-	// Actor Example: admin
+	// Actor Actor is admin (ADMIN_API_KEY), admin:previous_key
+	// (ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway
+	// on its own).
+	//
+	// Example: admin
 	Actor string                 `json:"actor"`
 	After map[string]interface{} `json:"after"`
 
