@@ -100,6 +100,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -218,6 +224,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -276,6 +288,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -364,6 +382,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -447,6 +471,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -537,7 +567,7 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "provider_unavailable: 'failed' waits for the provider's word (its amount would be refunded again)",
+                        "description": "provider_unavailable, unavailable: 'failed' waits for the provider's word (its amount would be refunded again); or the database could not be reached (Retry-After)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         },
@@ -606,6 +636,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -684,6 +720,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -742,6 +784,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -828,6 +876,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -880,6 +934,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1033,6 +1093,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 },
                 "x-security-optional": true
@@ -1118,6 +1184,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -1175,6 +1247,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1255,6 +1333,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -1315,6 +1399,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1433,6 +1523,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1684,6 +1780,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -1775,6 +1877,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2024,6 +2132,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -2066,6 +2180,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2154,6 +2274,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -2211,6 +2337,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2285,6 +2417,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2387,6 +2525,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -2460,6 +2604,12 @@ const docTemplate = `{
                     },
                     "500": {
                         "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2540,6 +2690,12 @@ const docTemplate = `{
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
                     }
                 }
             }
@@ -2613,7 +2769,7 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "provider_unavailable (retry later)",
+                        "description": "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         },

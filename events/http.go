@@ -102,6 +102,7 @@ func decodeEndpoint(c *fiber.Ctx) (EndpointRequest, error) {
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           createWebhookEndpoint
 // @Router       /v1/webhook_endpoints [post]
 func (h *Handler) createEndpoint(c *fiber.Ctx) error {
@@ -136,6 +137,7 @@ type EndpointList struct {
 // @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           listWebhookEndpoints
 // @Router       /v1/webhook_endpoints [get]
 func (h *Handler) listEndpoints(c *fiber.Ctx) error {
@@ -165,6 +167,7 @@ func (h *Handler) listEndpoints(c *fiber.Ctx) error {
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           getWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [get]
 func (h *Handler) getEndpoint(c *fiber.Ctx) error {
@@ -204,6 +207,7 @@ func (h *Handler) getEndpoint(c *fiber.Ctx) error {
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           updateWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [patch]
 func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
@@ -240,6 +244,7 @@ func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           deleteWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [delete]
 func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
@@ -277,6 +282,7 @@ func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           rotateWebhookEndpointSecret
 // @Router       /v1/webhook_endpoints/{id}/rotate_secret [post]
 func (h *Handler) rotateSecret(c *fiber.Ctx) error {
@@ -320,6 +326,7 @@ type DeliveryPage struct {
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           listWebhookDeliveries
 // @Router       /v1/webhook_endpoints/{id}/deliveries [get]
 func (h *Handler) deliveries(c *fiber.Ctx) error {
@@ -396,6 +403,7 @@ type EventBody struct {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           listEvents
 // @Router       /v1/events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
@@ -445,6 +453,7 @@ func (h *Handler) list(c *fiber.Ctx) error {
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      404 {object} problem.Problem "event_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           getEvent
 // @Router       /v1/events/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
@@ -482,6 +491,7 @@ func (h *Handler) get(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "event_not_found"
 // @Failure      409 {object} problem.Problem "idempotency_key_in_use"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           redeliverEvent
 // @Router       /v1/events/{id}/redeliver [post]
 func (h *Handler) redeliver(c *fiber.Ctx) error {

@@ -96,6 +96,7 @@ type ResolveRequest struct {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           adminSearchPayments
 // @Router       /admin/v1/payments [get]
 func (h *Handler) adminSearch(c *fiber.Ctx) error {
@@ -156,6 +157,7 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           adminGetPayment
 // @Router       /admin/v1/payments/{id} [get]
 func (h *Handler) adminGet(c *fiber.Ctx) error {
@@ -206,6 +208,7 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      409 {object} problem.Problem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           adminResolvePayment
 // @Router       /admin/v1/payments/{id}/resolve [post]
 func (h *Handler) adminResolve(c *fiber.Ctx) error {
@@ -244,6 +247,7 @@ func (h *Handler) adminResolve(c *fiber.Ctx) error {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           adminSearchRefunds
 // @Router       /admin/v1/refunds [get]
 func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
@@ -303,7 +307,7 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "refund_not_found"
 // @Failure      409 {object} problem.Problem "refund_final, refund_in_progress, provider_disagrees, provider_account_missing: already final; being worked on; the provider's answer rules the resolution out; or 'failed' for a refund whose provider account was removed (it cannot be asked)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "provider_unavailable: 'failed' waits for the provider's word (its amount would be refunded again)"
+// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: 'failed' waits for the provider's word (its amount would be refunded again); or the database could not be reached (Retry-After)"
 // @Header       503 {integer} Retry-After "seconds"
 // @ID           adminResolveRefund
 // @Router       /admin/v1/refunds/{id}/resolve [post]

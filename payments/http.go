@@ -145,6 +145,7 @@ type UnavailableProblem struct {
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @Header       429 {integer} Retry-After "seconds"
 // @ID           getPayment
 // @Router       /v1/payments/{id} [get]
@@ -197,6 +198,7 @@ type Page struct {
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @Header       429 {integer} Retry-After "seconds"
 // @ID           listPayments
 // @Router       /v1/payments [get]
@@ -406,6 +408,7 @@ type RefundPage struct {
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @Header       429 {integer} Retry-After "seconds"
 // @ID           listRefunds
 // @Router       /v1/payments/{id}/refunds [get]
@@ -463,6 +466,7 @@ func (h *Handler) listRefunds(c *fiber.Ctx) error {
 // @Failure      404 {object} problem.Problem "refund_not_found"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @Header       429 {integer} Retry-After "seconds"
 // @ID           getRefund
 // @Router       /v1/refunds/{id} [get]

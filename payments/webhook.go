@@ -164,7 +164,7 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Failure      404 {object} problem.Problem "not_found (no such tenant or provider account)"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
-// @Failure      503 {object} problem.Problem "provider_unavailable (retry later)"
+// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries"
 // @Header       503 {integer} Retry-After "seconds"
 // @ID           receiveWebhook
 // @Router       /v1/webhooks/{provider}/{tenant_id} [post]

@@ -206,6 +206,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				createTenant
 //	@Router			/admin/v1/tenants [post]
@@ -240,6 +241,7 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				listTenants
 //	@Router			/admin/v1/tenants [get]
@@ -282,6 +284,7 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				getTenant
 //	@Router			/admin/v1/tenants/{id} [get]
@@ -313,6 +316,7 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Failure		404		{object}	problem.Problem	"tenant_not_found"
 //	@Failure		413		{object}	problem.Problem	"body_too_large"
 //	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				updateTenant
 //	@Router			/admin/v1/tenants/{id} [patch]
@@ -342,6 +346,7 @@ func (h *Handler) updateTenant(c *fiber.Ctx) error {
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
 //	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				rotateCredentials
 //	@Router			/admin/v1/tenants/{id}/credentials [post]
@@ -397,6 +402,7 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 //	@Failure		401				{object}	problem.Problem	"invalid_client"
 //	@Failure		403				{object}	problem.Problem	"tenant_suspended"
 //	@Failure		500				{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		ClientBasic
 //	@x-security-optional	true
 //	@Router			/v1/auth/token [post]
@@ -591,6 +597,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Failure		403	{object}	problem.Problem	"tenant_suspended"
 //	@Failure		429	{object}	problem.Problem	"rate_limited (Retry-After)"
 //	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Header			429	{integer}	Retry-After	"seconds"
 //	@Security		BearerAuth
 //	@ID				getMe

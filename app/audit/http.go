@@ -49,6 +49,7 @@ type Page struct {
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           listAuditEvents
 // @Router       /admin/v1/audit-events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
