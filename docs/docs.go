@@ -368,7 +368,7 @@ const docTemplate = `{
                     "409": {
                         "description": "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/ProviderDisagreesProblem"
                         }
                     },
                     "415": {
@@ -551,7 +551,7 @@ const docTemplate = `{
                     "409": {
                         "description": "refund_final, refund_in_progress, provider_disagrees, provider_account_missing: already final; being worked on; the provider's answer rules the resolution out; or 'failed' for a refund whose provider account was removed (it cannot be asked)",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/ProviderDisagreesProblem"
                         }
                     },
                     "415": {
@@ -1973,7 +1973,7 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request, refund_exceeds_remaining (amount_refundable says what is left), idempotency_key_missing, idempotency_key_invalid: nothing refunded, the key released",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/RefundRefusedProblem"
                         }
                     },
                     "401": {
@@ -3841,6 +3841,63 @@ const docTemplate = `{
                 }
             }
         },
+        "ProviderDisagreesProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "provider_failure_code": {
+                    "type": "string",
+                    "example": "card_declined"
+                },
+                "provider_outcome": {
+                    "type": "string",
+                    "example": "pending"
+                },
+                "provider_refund_id": {
+                    "type": "string",
+                    "example": "1320"
+                },
+                "provider_transaction_id": {
+                    "type": "string",
+                    "example": "4099260516"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
         "ProviderUnavailableProblem": {
             "type": "object",
             "required": [
@@ -4036,6 +4093,51 @@ const docTemplate = `{
                 "next_cursor": {
                     "type": "string",
                     "example": "MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE"
+                }
+            }
+        },
+        "RefundRefusedProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "amount_refundable": {
+                    "type": "integer",
+                    "example": 2000
+                },
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
                 }
             }
         },

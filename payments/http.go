@@ -127,6 +127,26 @@ type UnavailableProblem struct {
 	PaymentID string `json:"payment_id" example:"pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"`
 } // @name ProviderUnavailableProblem
 
+// RefundRefusedProblem documents the 400 body of a refund refused before
+// anything was sent: with refund_exceeds_remaining, amount_refundable is
+// what is left of the payment (minor units).
+type RefundRefusedProblem struct {
+	problem.Problem
+	AmountRefundable *int64 `json:"amount_refundable,omitempty" example:"2000"`
+} // @name RefundRefusedProblem
+
+// ProviderDisagreesProblem documents the 409 body of an operator's
+// resolution: with provider_disagrees, what the provider said — its
+// outcome, and the id and failure code of its charge or refund when it
+// gave them.
+type ProviderDisagreesProblem struct {
+	problem.Problem
+	ProviderOutcome       string `json:"provider_outcome,omitempty" example:"pending"`
+	ProviderTransactionID string `json:"provider_transaction_id,omitempty" example:"4099260516"`
+	ProviderRefundID      string `json:"provider_refund_id,omitempty" example:"1320"`
+	ProviderFailureCode   string `json:"provider_failure_code,omitempty" example:"card_declined"`
+} // @name ProviderDisagreesProblem
+
 // get godoc
 // @Summary      Get a payment
 // @Description  One of the caller's payments. Another merchant's payment id is 404, like one that does not exist.
@@ -349,7 +369,7 @@ func decodeCursor(s string) (Cursor, error) {
 // @Param        request body CreateRefundRequest true "The refund"
 // @Success      201 {object} RefundView "succeeded or failed (final; replayed on retries)"
 // @Success      202 {object} RefundView "pending: the outcome is not known yet; retry with the same key or poll Location"
-// @Failure      400 {object} problem.Problem "invalid_request, refund_exceeds_remaining (amount_refundable says what is left), idempotency_key_missing, idempotency_key_invalid: nothing refunded, the key released"
+// @Failure      400 {object} RefundRefusedProblem "invalid_request, refund_exceeds_remaining (amount_refundable says what is left), idempotency_key_missing, idempotency_key_invalid: nothing refunded, the key released"
 // @Failure      401 {object} problem.Problem "invalid_token"
 // @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "payment_not_found"

@@ -990,6 +990,40 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ProviderDisagreesProblem defines model for ProviderDisagreesProblem.
+type ProviderDisagreesProblem struct {
+	// Code Example: invalid_request
+	Code string `json:"code"`
+
+	// Detail Example: the request body is invalid
+	Detail *string       `json:"detail,omitempty"`
+	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// ProviderFailureCode Example: card_declined
+	ProviderFailureCode *string `json:"provider_failure_code,omitempty"`
+
+	// ProviderOutcome Example: pending
+	ProviderOutcome *string `json:"provider_outcome,omitempty"`
+
+	// ProviderRefundId Example: 1320
+	ProviderRefundId *string `json:"provider_refund_id,omitempty"`
+
+	// ProviderTransactionId Example: 4099260516
+	ProviderTransactionId *string `json:"provider_transaction_id,omitempty"`
+
+	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
+	RequestId *string `json:"request_id,omitempty"`
+
+	// Status Example: 400
+	Status int `json:"status"`
+
+	// Title Example: Bad Request
+	Title string `json:"title"`
+
+	// Type Example: urn:oncepay:error:invalid_request
+	Type string `json:"type"`
+}
+
 // ProviderUnavailableProblem defines model for ProviderUnavailableProblem.
 type ProviderUnavailableProblem struct {
 	// Code Example: invalid_request
@@ -1112,6 +1146,31 @@ type RefundPage struct {
 
 	// NextCursor Example: MjAyNi0xMi0wMlQxMDowMDowMFp8cmVfMDE
 	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// RefundRefusedProblem defines model for RefundRefusedProblem.
+type RefundRefusedProblem struct {
+	// AmountRefundable Example: 2000
+	AmountRefundable *int `json:"amount_refundable,omitempty"`
+
+	// Code Example: invalid_request
+	Code string `json:"code"`
+
+	// Detail Example: the request body is invalid
+	Detail *string       `json:"detail,omitempty"`
+	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
+	RequestId *string `json:"request_id,omitempty"`
+
+	// Status Example: 400
+	Status int `json:"status"`
+
+	// Title Example: Bad Request
+	Title string `json:"title"`
+
+	// Type Example: urn:oncepay:error:invalid_request
+	Type string `json:"type"`
 }
 
 // RefundStatus defines model for RefundStatus.
@@ -5552,7 +5611,7 @@ type AdminResolvePaymentResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *ProviderDisagreesProblem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5598,7 +5657,7 @@ func (r AdminResolvePaymentResponse) GetApplicationproblemJSON404() *Problem {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AdminResolvePaymentResponse) GetApplicationproblemJSON409() *Problem {
+func (r AdminResolvePaymentResponse) GetApplicationproblemJSON409() *ProviderDisagreesProblem {
 	return r.ApplicationproblemJSON409
 }
 
@@ -5803,7 +5862,7 @@ type AdminResolveRefundResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *ProviderDisagreesProblem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5849,7 +5908,7 @@ func (r AdminResolveRefundResponse) GetApplicationproblemJSON404() *Problem {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AdminResolveRefundResponse) GetApplicationproblemJSON409() *Problem {
+func (r AdminResolveRefundResponse) GetApplicationproblemJSON409() *ProviderDisagreesProblem {
 	return r.ApplicationproblemJSON409
 }
 
@@ -7990,7 +8049,7 @@ type CreateRefundResponse struct {
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Refund
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *RefundRefusedProblem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -8050,7 +8109,7 @@ func (r CreateRefundResponse) GetJSON202() *Refund {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateRefundResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateRefundResponse) GetApplicationproblemJSON400() *RefundRefusedProblem {
 	return r.ApplicationproblemJSON400
 }
 
@@ -10398,7 +10457,7 @@ func ParseAdminResolvePaymentResponse(rsp *http.Response) (*AdminResolvePaymentR
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest ProviderDisagreesProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10663,7 +10722,7 @@ func ParseAdminResolveRefundResponse(rsp *http.Response) (*AdminResolveRefundRes
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest ProviderDisagreesProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -13010,7 +13069,7 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest RefundRefusedProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
