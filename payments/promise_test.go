@@ -47,6 +47,16 @@ func ageKeys(t *testing.T, g *apptest.Gateway, d time.Duration) {
 	dbtest.Age(t, g.App.DB(), d, "idempotency_keys", "locked_until", "created_at", "attempted_at", "looked_up_at", "completed_at")
 }
 
+// releasedLate pays under key with sim_late (charged, the answer lost, and
+// lookups find nothing for 10 minutes) and has the sweeper release it as
+// not_processed once its key is stale: a payment whose recheck is to come.
+func releasedLate(t *testing.T, g *apptest.Gateway, m apptest.Merchant, key string) {
+	t.Helper()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, key, body("sim_late")).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+}
+
 func sweep(t *testing.T, g *apptest.Gateway) scheduler.Counts {
 	t.Helper()
 	c, err := g.App.Scheduler.Sweeper().RunOnce(context.Background())
@@ -127,9 +137,7 @@ func TestRecheckThatFindsNothingIsFinal(t *testing.T) {
 	t.Parallel()
 	g := apptest.Start(t)
 	m := g.Onboard(nil)
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "never", body("sim_late")).StatusCode)
-	ageKeys(t, g, time.Hour)
-	require.Equal(t, 1, sweep(t, g).Released)
+	releasedLate(t, g, m, "never")
 	// The simulator's charge never lands (its 10 minutes do not pass).
 	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
 	require.Equal(t, 1, sweep(t, g).Confirmed)
@@ -482,9 +490,7 @@ func TestOldPaymentsAreLookedUpNotRecharged(t *testing.T) {
 	g := apptest.Start(t)
 	m := g.Onboard(nil)
 
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "np", body("sim_late")).StatusCode)
-	ageKeys(t, g, time.Hour)
-	require.Equal(t, 1, sweep(t, g).Released)
+	releasedLate(t, g, m, "np")
 	dbtest.Age(t, g.App.DB(), 48*time.Hour, "payments", "created_at")
 	before := providerCalls(t, g, "charge")
 	r := g.Pay(m, "np", body("sim_late"))
