@@ -4234,7 +4234,8 @@ const docTemplate = `{
         "TenantPage": {
             "type": "object",
             "required": [
-                "data"
+                "data",
+                "has_more"
             ],
             "properties": {
                 "data": {
@@ -4242,6 +4243,11 @@ const docTemplate = `{
                     "items": {
                         "$ref": "#/definitions/Tenant"
                     }
+                },
+                "has_more": {
+                    "description": "HasMore says whether there is a next page, as on every other list.",
+                    "type": "boolean",
+                    "example": false
                 },
                 "next_cursor": {
                     "description": "NextCursor is passed as ?cursor= for the next page; absent on the\nlast page.",

@@ -161,6 +161,8 @@ type TenantListResponse struct {
 	// NextCursor is passed as ?cursor= for the next page; absent on the
 	// last page.
 	NextCursor string `json:"next_cursor,omitempty" example:"MTczNTgzMDI0NTAwMDAwMC50ZW5fNWYy"`
+	// HasMore says whether there is a next page, as on every other list.
+	HasMore bool `json:"has_more" example:"false"`
 } // @name TenantPage
 
 // TokenResponse is an OAuth 2.0 access token response (RFC 6749 §5.1).
@@ -264,7 +266,7 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 	if err != nil {
 		return toProblem(err)
 	}
-	out := TenantListResponse{Data: make([]TenantResponse, len(page.Tenants)), NextCursor: page.NextCursor}
+	out := TenantListResponse{Data: make([]TenantResponse, len(page.Tenants)), NextCursor: page.NextCursor, HasMore: page.NextCursor != ""}
 	for i, t := range page.Tenants {
 		out.Data[i] = tenantResponse(t)
 	}

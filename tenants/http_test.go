@@ -571,6 +571,7 @@ func TestListTenantsPaging(t *testing.T) {
 		}
 		pages++
 		next, _ := m["next_cursor"].(string)
+		require.Equal(t, next != "", m["has_more"], "has_more says whether a next page follows")
 		if next == "" {
 			break
 		}
@@ -587,6 +588,7 @@ func TestListTenantsPaging(t *testing.T) {
 	r := e.admin("GET", "/admin/v1/tenants", "")
 	require.Len(t, r.json(t)["data"], 5)
 	require.NotContains(t, r.json(t), "next_cursor")
+	require.Equal(t, false, r.json(t)["has_more"])
 
 	for _, q := range []string{"limit=0", "limit=101", "limit=-1", "limit=abc", "cursor=garbage", "cursor=" + "dGVuXw"} {
 		t.Run("Bad/"+q, func(t *testing.T) {

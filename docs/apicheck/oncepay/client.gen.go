@@ -1219,6 +1219,11 @@ type TenantStatus string
 type TenantPage struct {
 	Data []Tenant `json:"data"`
 
+	// HasMore HasMore says whether there is a next page, as on every other list.
+	//
+	// Example: false
+	HasMore bool `json:"has_more"`
+
 	// NextCursor NextCursor is passed as ?cursor= for the next page; absent on the
 	// last page.
 	//
