@@ -484,6 +484,73 @@ const docTemplate = `{
                 }
             }
         },
+        "/admin/v1/refunds/{id}": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "Get a refund (operators)",
+                "operationId": "adminGetRefund",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "re_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6",
+                        "description": "Refund id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/AdminRefund"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "refund_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/admin/v1/refunds/{id}/resolve": {
             "post": {
                 "security": [

@@ -773,3 +773,34 @@ func TestAResolutionUnderAnotherChargeIsNotWatched(t *testing.T) {
 	}
 	require.NotContains(t, g.Logs.String(), "refund it at the provider")
 }
+
+// An operator finds a refund by the id a merchant quotes, whoever's it is;
+// a merchant's token does not open the route.
+func TestOperatorGetsARefundByID(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	pay := g.Pay(m, "p", body("sim_success"))
+	require.Equal(t, http.StatusCreated, pay.StatusCode, "%s", pay.Body)
+	paymentID := pay.JSON(t)["id"].(string)
+	rf := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusCreated, rf.StatusCode, "%s", rf.Body)
+	id := rf.JSON(t)["id"].(string)
+
+	got := adminDo(g, "GET", "/admin/v1/refunds/"+id, nil)
+	require.Equal(t, http.StatusOK, got.StatusCode, "%s", got.Body)
+	view := got.JSON(t)
+	require.Equal(t, id, view["id"])
+	require.Equal(t, m.ID, view["tenant_id"])
+	require.Equal(t, paymentID, view["payment_id"])
+	require.EqualValues(t, 1500, view["amount"])
+	require.Equal(t, "succeeded", view["status"])
+
+	for _, other := range []string{"re_00000000000000000000000000000000", "re_nope", strings.ToUpper(id)} {
+		r := adminDo(g, "GET", "/admin/v1/refunds/"+other, nil)
+		require.Equal(t, http.StatusNotFound, r.StatusCode, other)
+		require.Equal(t, "refund_not_found", r.Code(t), other)
+	}
+	r := g.Do("GET", "/admin/v1/refunds/"+id, nil, "Authorization", "Bearer "+m.Token)
+	require.Equal(t, http.StatusUnauthorized, r.StatusCode)
+}

@@ -21,6 +21,7 @@ func (h *Handler) AdminRoutes(r fiber.Router) {
 	r.Get("/payments/:id", h.adminGet)
 	r.Post("/payments/:id/resolve", h.adminResolve)
 	r.Get("/refunds", h.adminSearchRefunds)
+	r.Get("/refunds/:id", h.adminGetRefund)
 	r.Post("/refunds/:id/resolve", h.adminResolveRefund)
 }
 
@@ -287,6 +288,45 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 	return c.JSON(page)
 }
 
+// adminGetRefund godoc
+// @Summary      Get a refund (operators)
+// @Description  Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        id path string true "Refund id" extensions(x-example=re_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
+// @Success      200 {object} AdminRefund
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "refund_not_found"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @ID           adminGetRefund
+// @Router       /admin/v1/refunds/{id} [get]
+func (h *Handler) adminGetRefund(c *fiber.Ctx) error {
+	if err := query.Known(c); err != nil {
+		return err // it takes no parameters: one would be ignored
+	}
+	id := c.Params("id")
+	if !wellFormed("re_", id) {
+		return errRefundNotFound()
+	}
+	r, err := h.svc.store.getRefundAny(c.UserContext(), id)
+	if errors.Is(err, ErrNotFound) {
+		return errRefundNotFound()
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(AdminRefund{RefundView: r.View(), TenantID: r.MerchantID})
+}
+
+// errRefundNotFound is the 404 of a refund id no refund has.
+func errRefundNotFound() error {
+	return problem.New(fiber.StatusNotFound, "refund_not_found", "no such refund")
+}
+
 // adminResolveRefund godoc
 // @Summary      Resolve a refund (operators)
 // @Description  Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
@@ -312,7 +352,7 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // @ID           adminResolveRefund
 // @Router       /admin/v1/refunds/{id}/resolve [post]
 func (h *Handler) adminResolveRefund(c *fiber.Ctx) error {
-	notFound := problem.New(fiber.StatusNotFound, "refund_not_found", "no such refund")
+	notFound := errRefundNotFound()
 	id := c.Params("id")
 	if !wellFormed("re_", id) {
 		return notFound

@@ -498,7 +498,7 @@ func (h *Handler) getRefund(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	notFound := problem.New(fiber.StatusNotFound, "refund_not_found", "no such refund")
+	notFound := errRefundNotFound()
 	id := c.Params("id")
 	if !wellFormed("re_", id) {
 		return notFound

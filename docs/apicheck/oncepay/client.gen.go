@@ -1816,6 +1816,13 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
 	AdminSearchRefunds(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AdminGetRefund Get a refund (operators)
+	//
+	// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+	//
+	// Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
+	AdminGetRefund(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// AdminResolveRefundWithBody Resolve a refund (operators)
 	//
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
@@ -2261,6 +2268,23 @@ func (c *Client) AdminResolvePayment(ctx context.Context, id string, body AdminR
 // Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
 func (c *Client) AdminSearchRefunds(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdminSearchRefundsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdminGetRefund Get a refund (operators)
+//
+// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+//
+// Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
+func (c *Client) AdminGetRefund(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminGetRefundRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3392,6 +3416,40 @@ func NewAdminSearchRefundsRequest(server string, params *AdminSearchRefundsParam
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAdminGetRefundRequest constructs an http.Request for the AdminGetRefund method
+func NewAdminGetRefundRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/refunds/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4861,6 +4919,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/refunds (the `AdminSearchRefunds` operationId).
 	AdminSearchRefundsWithResponse(ctx context.Context, params *AdminSearchRefundsParams, reqEditors ...RequestEditorFn) (*AdminSearchRefundsResponse, error)
 
+	// AdminGetRefundWithResponse Get a refund (operators)
+	//
+	// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
+	AdminGetRefundWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AdminGetRefundResponse, error)
+
 	// AdminResolveRefundWithBodyWithResponse Resolve a refund (operators)
 	//
 	// Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
@@ -5808,6 +5875,124 @@ func (r AdminSearchRefundsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AdminSearchRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AdminGetRefundResponse200Headers the declared response headers of an HTTP 200 response for AdminGetRefund
+type AdminGetRefundResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminGetRefundResponse400Headers the declared response headers of an HTTP 400 response for AdminGetRefund
+type AdminGetRefundResponse400Headers struct {
+	XRequestId string
+}
+
+// AdminGetRefundResponse401Headers the declared response headers of an HTTP 401 response for AdminGetRefund
+type AdminGetRefundResponse401Headers struct {
+	XRequestId string
+}
+
+// AdminGetRefundResponse404Headers the declared response headers of an HTTP 404 response for AdminGetRefund
+type AdminGetRefundResponse404Headers struct {
+	XRequestId string
+}
+
+// AdminGetRefundResponse500Headers the declared response headers of an HTTP 500 response for AdminGetRefund
+type AdminGetRefundResponse500Headers struct {
+	XRequestId string
+}
+
+// AdminGetRefundResponse503Headers the declared response headers of an HTTP 503 response for AdminGetRefund
+type AdminGetRefundResponse503Headers struct {
+	XRequestId string
+}
+
+type AdminGetRefundResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AdminRefund
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminGetRefundResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AdminGetRefundResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminGetRefundResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AdminGetRefundResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AdminGetRefundResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AdminGetRefundResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminGetRefundResponse) GetJSON200() *AdminRefund {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdminGetRefundResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminGetRefundResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdminGetRefundResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AdminGetRefundResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AdminGetRefundResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminGetRefundResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminGetRefundResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminGetRefundResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminGetRefundResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9489,6 +9674,21 @@ func (c *ClientWithResponses) AdminSearchRefundsWithResponse(ctx context.Context
 	return ParseAdminSearchRefundsResponse(rsp)
 }
 
+// AdminGetRefundWithResponse Get a refund (operators)
+//
+// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
+func (c *ClientWithResponses) AdminGetRefundWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AdminGetRefundResponse, error) {
+	rsp, err := c.AdminGetRefund(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminGetRefundResponse(rsp)
+}
+
 // AdminResolveRefundWithBodyWithResponse Resolve a refund (operators)
 //
 // Settles a refund in review (or pending, untouched for SWEEP_STALE_AFTER) as succeeded or failed, as a
@@ -10671,6 +10871,130 @@ func ParseAdminSearchRefundsResponse(rsp *http.Response) (*AdminSearchRefundsRes
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers AdminSearchRefundsResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAdminGetRefundResponse parses an HTTP response from a AdminGetRefundWithResponse call
+func ParseAdminGetRefundResponse(rsp *http.Response) (*AdminGetRefundResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminGetRefundResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AdminRefund
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminGetRefundResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers AdminGetRefundResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminGetRefundResponse401Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers AdminGetRefundResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers AdminGetRefundResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AdminGetRefundResponse503Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
