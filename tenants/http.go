@@ -675,7 +675,7 @@ func decodeJSON(c *fiber.Ctx, dst any) *problem.Problem {
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return jsonProblem(err)
+		return jsonProblem(trimmed, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: "must hold a single JSON object"})
@@ -683,14 +683,14 @@ func decodeJSON(c *fiber.Ctx, dst any) *problem.Problem {
 	return nil
 }
 
-func jsonProblem(err error) *problem.Problem {
+func jsonProblem(body []byte, err error) *problem.Problem {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: fmt.Sprintf("malformed JSON at byte %d", syn.Offset)})
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := reqjson.TypeErrorField(body, err)
 		if field == "" {
 			field = "body"
 		}

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -143,7 +144,7 @@ func Decode(data []byte, v any) error {
 	strict := json.NewDecoder(bytes.NewReader(data))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(v); err != nil {
-		return &Error{Malformed, typeReason(err)}
+		return &Error{Malformed, typeReason(data, err)}
 	}
 	return nil
 }
@@ -479,13 +480,53 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 
 // typeReason explains encoding/json's complaint about a value's type
 // without echoing the input back.
-func typeReason(err error) string {
+func typeReason(data []byte, err error) string {
 	var typ *json.UnmarshalTypeError
 	if errors.As(err, &typ) {
-		if typ.Field != "" {
-			return fmt.Sprintf("field %s must be %s", typ.Field, typ.Type)
+		if field := TypeErrorField(data, err); field != "" {
+			return fmt.Sprintf("field %s must be %s", field, typ.Type)
 		}
 		return "must be a JSON object"
 	}
 	return "is not a valid request"
 }
+
+// TypeErrorField names the member an *json.UnmarshalTypeError from decoding
+// data is about, as a dotted path from the root ("providers.paystack.secret_key").
+// encoding/json's own Field stops at the last struct field, so a value
+// inside a map is blamed on the whole map; the path is found again from the
+// error's offset with jsontext, which tracks where it is. The names come
+// from the request, so a path longer than maxPathLen, or with a control
+// character, is not echoed: encoding/json's Field (ours: struct fields
+// only) is given instead, as it is when the offset leads nowhere. "" when
+// err is not a type error.
+func TypeErrorField(data []byte, err error) string {
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) {
+		return ""
+	}
+	d := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, rerr := d.ReadToken()
+		if rerr != nil {
+			return typ.Field
+		}
+		if k := tok.Kind(); k == '}' || k == ']' {
+			continue
+		}
+		if d.InputOffset() >= typ.Offset {
+			var parts []string
+			for name := range d.StackPointer().Tokens() {
+				parts = append(parts, name)
+			}
+			path := strings.Join(parts, ".")
+			if len(path) > maxPathLen || strings.ContainsFunc(path, unicode.IsControl) {
+				return typ.Field
+			}
+			return path
+		}
+	}
+}
+
+// maxPathLen bounds the path TypeErrorField echoes back.
+const maxPathLen = 100
