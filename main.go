@@ -62,6 +62,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -96,30 +97,59 @@ func main() {
 		err = fmt.Errorf("unknown command %q (want serve, migrate or reseal)", cmd)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
+		report(os.Stderr, cmd, err)
 		os.Exit(1)
 	}
 }
+
+// report says why a command failed: through the logger once the
+// configuration has loaded, so a database that cannot be reached at start
+// is a line in the format the log collector reads, not a bare line among
+// JSON ones; on w when the configuration itself is wrong.
+func report(w io.Writer, cmd string, err error) {
+	if started != nil {
+		started.Error("gateway stopped", "command", cmd, "err", err)
+		return
+	}
+	fmt.Fprintln(w, "gateway:", err)
+}
+
+// started is the logger once the configuration has loaded.
+var started *slog.Logger
 
 func load() (config.Config, *slog.Logger, error) {
 	cfg, err := config.Load()
 	if err != nil {
 		return cfg, nil, err
 	}
-	return cfg, newLogger(cfg), nil
+	started = newLogger(cfg, os.Stderr)
+	return cfg, started, nil
 }
 
-func newLogger(cfg config.Config) *slog.Logger {
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.Log.Format == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		opts.ReplaceAttr = millis
+		h = slog.NewJSONHandler(w, opts)
 	}
 	log := slog.New(h).With("instance", cfg.Instance)
 	slog.SetDefault(log)
 	return log
+}
+
+// millis writes a duration in a JSON log as milliseconds, its key ending
+// in _ms ("latency_ms":12.345): slog's JSON handler would write
+// nanoseconds under the bare key, which a person reading an incident's
+// logs has to count the digits of. The text format already writes
+// "latency=12.345ms".
+func millis(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	return slog.Float64(a.Key+"_ms", float64(a.Value.Duration().Microseconds())/1000)
 }
 
 func migrate() error {

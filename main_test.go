@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/config"
 )
 
 // `gateway migrate` leaves the database ready for every instance: the
@@ -34,4 +41,27 @@ func TestMigrateCommand(t *testing.T) {
 			require.Equal(t, database.Version(), version)
 		})
 	}
+}
+
+// In JSON logs a duration is milliseconds under a key ending in _ms, and a
+// command that fails after the configuration loaded says so in JSON too.
+func TestJSONLogs(t *testing.T) {
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev); started = nil })
+	var out bytes.Buffer
+	started = newLogger(config.Config{Log: config.Log{Level: "info", Format: "json"}, Instance: "i-1"}, &out)
+	started.Info("request", slog.Duration("latency", 12345678*time.Nanosecond), "took", 2*time.Second)
+	report(io.Discard, "serve", errors.New("database: dial tcp 127.0.0.1:5432: connect: connection refused"))
+
+	lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+	require.Len(t, lines, 2, out.String())
+	var req, stop map[string]any
+	require.NoError(t, json.Unmarshal(lines[0], &req))
+	require.Equal(t, 12.345, req["latency_ms"])
+	require.Equal(t, 2000.0, req["took_ms"])
+	require.NotContains(t, req, "latency")
+	require.NoError(t, json.Unmarshal(lines[1], &stop), "a start failure is a JSON line")
+	require.Equal(t, "ERROR", stop["level"])
+	require.Equal(t, "serve", stop["command"])
+	require.Contains(t, stop["err"], "connection refused")
 }
