@@ -416,7 +416,9 @@ func (a *App) routes() {
 	}
 	idem := idempotency.Guard(idemCfg)
 	ph.Routes(merchant, idem)
-	events.NewHandler(a.Events, a.Keys, tenants.MerchantID).Routes(merchant, idem)
+	eh := events.NewHandler(a.Events, a.Keys, tenants.MerchantID)
+	eh.Routes(merchant, idem)
+	eh.AdminRoutes(admin, th.KnownTenant("tenant_id"))
 }
 
 // Fiber is the HTTP app, for tests (app.Test) and embedding.

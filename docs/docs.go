@@ -1014,6 +1014,163 @@ const docTemplate = `{
                 }
             }
         },
+        "/admin/v1/tenants/{tenant_id}/webhook_endpoints": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "The tenant's endpoints as the merchant sees them (never their secrets): whether one is disabled, and\nsince when it has been failing.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "List a tenant's webhook endpoints (operators)",
+                "operationId": "adminListWebhookEndpoints",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "description": "Tenant id",
+                        "name": "tenant_id",
+                        "in": "path",
+                        "required": true
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookEndpointList"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request: a query parameter (the route takes none)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "tenant_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
+        "/admin/v1/tenants/{tenant_id}/webhook_endpoints/{id}/deliveries": {
+            "get": {
+                "security": [
+                    {
+                        "AdminKey": []
+                    }
+                ],
+                "description": "Every attempt to deliver an event to one of the tenant's endpoints, newest first, as the merchant sees\nthem: the status code the endpoint answered, how long it took, the error, and whether another attempt is\nscheduled.",
+                "produces": [
+                    "application/json",
+                    "application/problem+json"
+                ],
+                "tags": [
+                    "admin"
+                ],
+                "summary": "List a tenant's webhook deliveries (operators)",
+                "operationId": "adminListWebhookDeliveries",
+                "parameters": [
+                    {
+                        "type": "string",
+                        "x-example": "ten_5f2b9c0e4d1a7b3c8e6f0a12",
+                        "description": "Tenant id",
+                        "name": "tenant_id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "type": "string",
+                        "x-example": "we_0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                        "description": "Endpoint id",
+                        "name": "id",
+                        "in": "path",
+                        "required": true
+                    },
+                    {
+                        "maximum": 100,
+                        "minimum": 1,
+                        "type": "integer",
+                        "default": 20,
+                        "description": "Page size, 1 to 100",
+                        "name": "limit",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "The next_cursor of the previous page",
+                        "name": "cursor",
+                        "in": "query"
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "schema": {
+                            "$ref": "#/definitions/WebhookDeliveryPage"
+                        }
+                    },
+                    "400": {
+                        "description": "invalid_request",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "401": {
+                        "description": "unauthorized",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "404": {
+                        "description": "tenant_not_found, webhook_endpoint_not_found",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "500": {
+                        "description": "internal (quote request_id)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "503": {
+                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    }
+                }
+            }
+        },
         "/healthz": {
             "get": {
                 "description": "The process is up. It does not touch the database.",

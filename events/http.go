@@ -46,6 +46,16 @@ func (h *Handler) Routes(r fiber.Router, idem func(fiber.Handler) fiber.Handler)
 	r.Post("/events/:id/redeliver", idem(h.redeliver))
 }
 
+// AdminRoutes mounts the operator's read-only view of a tenant's webhooks
+// on r, the admin group (already behind the admin key): its endpoints and
+// their deliveries, as the merchant sees them, for an operator answering
+// "we get no webhooks". known checks that the path's tenant_id names a
+// tenant (tenants' KnownTenant).
+func (h *Handler) AdminRoutes(r fiber.Router, known fiber.Handler) {
+	r.Get("/tenants/:tenant_id/webhook_endpoints", known, h.adminEndpoints)
+	r.Get("/tenants/:tenant_id/webhook_endpoints/:id/deliveries", known, h.adminDeliveries)
+}
+
 func wellFormed(prefix, id string) bool {
 	if len(id) != len(prefix)+32 || !strings.HasPrefix(id, prefix) {
 		return false
@@ -141,10 +151,36 @@ type EndpointList struct {
 // @ID           listWebhookEndpoints
 // @Router       /v1/webhook_endpoints [get]
 func (h *Handler) listEndpoints(c *fiber.Ctx) error {
+	return h.endpointsOf(c, h.merchant(c))
+}
+
+// adminEndpoints godoc
+// @Summary      List a tenant's webhook endpoints (operators)
+// @Description  The tenant's endpoints as the merchant sees them (never their secrets): whether one is disabled, and
+// @Description  since when it has been failing.
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        tenant_id path string true "Tenant id" extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
+// @Success      200 {object} EndpointList
+// @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "tenant_not_found"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @ID           adminListWebhookEndpoints
+// @Router       /admin/v1/tenants/{tenant_id}/webhook_endpoints [get]
+func (h *Handler) adminEndpoints(c *fiber.Ctx) error {
+	return h.endpointsOf(c, utils.CopyString(c.Params("tenant_id")))
+}
+
+// endpointsOf answers merchant m's endpoints.
+func (h *Handler) endpointsOf(c *fiber.Ctx, m string) error {
 	if err := query.Known(c); err != nil {
 		return err // it takes no parameters: a filter would be ignored
 	}
-	eps, err := h.svc.store.endpoints(c.UserContext(), nil, h.merchant(c))
+	eps, err := h.svc.store.endpoints(c.UserContext(), nil, m)
 	if err != nil {
 		return err
 	}
@@ -330,6 +366,37 @@ type DeliveryPage struct {
 // @ID           listWebhookDeliveries
 // @Router       /v1/webhook_endpoints/{id}/deliveries [get]
 func (h *Handler) deliveries(c *fiber.Ctx) error {
+	return h.deliveriesOf(c, h.merchant(c))
+}
+
+// adminDeliveries godoc
+// @Summary      List a tenant's webhook deliveries (operators)
+// @Description  Every attempt to deliver an event to one of the tenant's endpoints, newest first, as the merchant sees
+// @Description  them: the status code the endpoint answered, how long it took, the error, and whether another attempt is
+// @Description  scheduled.
+// @Tags         admin
+// @Produce      json
+// @Produce      application/problem+json
+// @Security     AdminKey
+// @Param        tenant_id path  string true  "Tenant id" extensions(x-example=ten_5f2b9c0e4d1a7b3c8e6f0a12)
+// @Param        id        path  string true  "Endpoint id" extensions(x-example=we_0f1e2d3c4b5a69788796a5b4c3d2e1f0)
+// @Param        limit     query int    false "Page size, 1 to 100" default(20) minimum(1) maximum(100)
+// @Param        cursor    query string false "The next_cursor of the previous page"
+// @Success      200 {object} DeliveryPage
+// @Failure      400 {object} problem.Problem "invalid_request"
+// @Failure      401 {object} problem.Problem "unauthorized"
+// @Failure      404 {object} problem.Problem "tenant_not_found, webhook_endpoint_not_found"
+// @Failure      500 {object} problem.Problem "internal (quote request_id)"
+// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @ID           adminListWebhookDeliveries
+// @Router       /admin/v1/tenants/{tenant_id}/webhook_endpoints/{id}/deliveries [get]
+func (h *Handler) adminDeliveries(c *fiber.Ctx) error {
+	return h.deliveriesOf(c, utils.CopyString(c.Params("tenant_id")))
+}
+
+// deliveriesOf answers a page of the deliveries to merchant m's endpoint
+// in the path.
+func (h *Handler) deliveriesOf(c *fiber.Ctx, m string) error {
 	if err := query.Known(c, "limit", "cursor"); err != nil {
 		return err
 	}
@@ -337,7 +404,6 @@ func (h *Handler) deliveries(c *fiber.Ctx) error {
 	if !wellFormed("we_", id) {
 		return errEndpointNotFound
 	}
-	m := h.merchant(c)
 	if _, err := h.svc.store.endpoint(c.UserContext(), nil, m, id); errors.Is(err, ErrNotFound) {
 		return errEndpointNotFound
 	} else if err != nil {

@@ -311,6 +311,60 @@ func TestADeliveryFailingEveryAttemptEndsFailed(t *testing.T) {
 	require.Equal(t, false, ep["disabled"], "one failed event does not disable an endpoint")
 }
 
+// An operator sees a tenant's endpoints and their deliveries as the
+// merchant does, and only that tenant's; a mistyped tenant or endpoint is
+// a 404, and a merchant's token opens none of it.
+func TestOperatorSeesATenantsWebhookDeliveries(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("WEBHOOK_RETRY_SCHEDULE", "20ms"))
+	m, other := g.Onboard(nil), g.Onboard(nil)
+	rcv := newReceiver(t, func(int) int { return http.StatusInternalServerError })
+	id, _ := endpoint(t, g, m, rcv.URL)
+	endpoint(t, g, other, rcv.URL)
+	require.Equal(t, http.StatusCreated, g.Pay(m, "pay-1", pay("sim_success", 5000)).StatusCode)
+	waitFor(t, "both attempts logged", func() bool {
+		data, _ := g.Get(m, "/v1/webhook_endpoints/"+id+"/deliveries").JSON(t)["data"].([]any)
+		return len(data) == 2
+	})
+
+	eps := g.Admin("GET", "/admin/v1/tenants/"+m.ID+"/webhook_endpoints", nil)
+	require.Equal(t, http.StatusOK, eps.StatusCode, string(eps.Body))
+	data := eps.JSON(t)["data"].([]any)
+	require.Len(t, data, 1, "the tenant's endpoint, not the other tenant's")
+	require.Equal(t, id, data[0].(map[string]any)["id"])
+	require.NotContains(t, string(eps.Body), "whsec_", "never a secret")
+
+	path := "/admin/v1/tenants/" + m.ID + "/webhook_endpoints/" + id + "/deliveries"
+	got := g.Admin("GET", path, nil)
+	require.Equal(t, http.StatusOK, got.StatusCode, string(got.Body))
+	require.JSONEq(t, string(g.Get(m, "/v1/webhook_endpoints/"+id+"/deliveries").Body), string(got.Body), "what the merchant sees")
+	page := g.Admin("GET", path+"?limit=1", nil).JSON(t)
+	require.Equal(t, true, page["has_more"])
+	require.Len(t, page["data"], 1)
+
+	for name, tc := range map[string]struct {
+		path, code string
+		status     int
+	}{
+		"UnknownTenant":            {"/admin/v1/tenants/ten_000000000000000000000000/webhook_endpoints", "tenant_not_found", 404},
+		"UnknownTenantsDeliveries": {"/admin/v1/tenants/ten_000000000000000000000000/webhook_endpoints/" + id + "/deliveries", "tenant_not_found", 404},
+		"AnotherTenantsEndpoint":   {"/admin/v1/tenants/" + other.ID + "/webhook_endpoints/" + id + "/deliveries", "webhook_endpoint_not_found", 404},
+		"MalformedEndpoint":        {"/admin/v1/tenants/" + m.ID + "/webhook_endpoints/we_%00/deliveries", "webhook_endpoint_not_found", 404},
+		"UnknownQueryParameter":    {"/admin/v1/tenants/" + m.ID + "/webhook_endpoints?status=failing", "invalid_request", 400},
+		"BadCursor":                {path + "?cursor=%00", "invalid_request", 400},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := g.Admin("GET", tc.path, nil)
+			require.Equal(t, tc.status, r.StatusCode, string(r.Body))
+			require.Equal(t, tc.code, r.JSON(t)["code"])
+		})
+	}
+	t.Run("MerchantTokenRefused", func(t *testing.T) {
+		r := g.Do("GET", "/admin/v1/tenants/"+m.ID+"/webhook_endpoints", nil, "Authorization", "Bearer "+m.Token)
+		require.Equal(t, http.StatusUnauthorized, r.StatusCode, string(r.Body))
+	})
+}
+
 func TestASweeperSettledPaymentReachesTheReceiverWithoutAPoll(t *testing.T) {
 	t.Parallel()
 	both(t, func(t *testing.T, g *apptest.Gateway) {

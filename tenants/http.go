@@ -45,6 +45,19 @@ func (h *Handler) AdminRoutes(r fiber.Router) {
 	r.Post("/tenants/:id/credentials", h.rotateCredentials)
 }
 
+// KnownTenant lets a request on through only when the path parameter
+// param names a tenant, and answers 404 tenant_not_found otherwise: for
+// other packages' operator routes under /admin/v1/tenants/{id}, so a
+// mistyped id is told as such instead of reading as a tenant with nothing.
+func (h *Handler) KnownTenant(param string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if _, err := h.svc.Get(c.UserContext(), utils.CopyString(c.Params(param))); err != nil {
+			return toProblem(err)
+		}
+		return c.Next()
+	}
+}
+
 // TokenRoutes mounts POST /auth/token on r (the /v1 group). Register it
 // before the RequireMerchant group: it authenticates clients itself.
 func (h *Handler) TokenRoutes(r fiber.Router) {
