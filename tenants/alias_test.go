@@ -86,3 +86,37 @@ func TestProviderAccountsOfTwoTenantsOnOneConnection(t *testing.T) {
 		require.Equal(t, "sk_B", post(b), "try %d: tenant B was given tenant A's account", i)
 	}
 }
+
+// A cache entry lives StatusCacheTTL of this process's time, whatever the
+// service's clock (the database-corrected one) does meanwhile: that clock
+// steps when its offset is measured again, and an entry timed by it
+// outlived a step back by the whole step. Here another instance changes
+// the tenant's provider secret (only its own cache forgets), the clock of
+// this instance steps back an hour, and the change must still be seen
+// once the TTL has passed.
+func TestCacheEntriesLiveTheirTTLThroughAClockStep(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLite(t)
+	clk := newClock()
+	cfg := testConfig(clk, &syncBuffer{})
+	cfg.StatusCacheTTL = 300 * time.Millisecond
+	here, err := NewService(db, testRegistry(), cfg)
+	require.NoError(t, err)
+	there, err := NewService(db, testRegistry(), cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	tn, _, err := here.Create(ctx, CreateParams{Name: "A", DefaultProvider: "paystack",
+		Providers: map[string]providers.Secrets{"paystack": {"secret_key": "sk_old"}}})
+	require.NoError(t, err)
+	secret := func() string {
+		p, err := here.Provider(ctx, tn.ID, "paystack")
+		require.NoError(t, err)
+		return p.(fakeProvider).secrets["secret_key"]
+	}
+	require.Equal(t, "sk_old", secret()) // cached here
+	_, err = there.Update(ctx, tn.ID, UpdateParams{Providers: map[string]providers.Secrets{"paystack": {"secret_key": "sk_new"}}})
+	require.NoError(t, err)
+	clk.Advance(-time.Hour)
+	require.Eventually(t, func() bool { return secret() == "sk_new" }, 5*time.Second, 50*time.Millisecond,
+		"the old secret outlived StatusCacheTTL")
+}

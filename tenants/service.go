@@ -120,9 +120,13 @@ func NewService(db *gorm.DB, reg *providers.Registry, cfg Config) (*Service, err
 	}
 	return &Service{
 		db: db, reg: reg, cfg: cfg, keys: keys,
-		signer:    newSigner(cfg, now),
-		cache:     newTTLCache[principal](cfg.StatusCacheTTL, now),
-		accounts:  newTTLCache[providers.Provider](cfg.StatusCacheTTL, now),
+		signer: newSigner(cfg, now),
+		// The caches time a length (StatusCacheTTL) with this process's
+		// monotonic clock, not now: the database-corrected clock steps when
+		// its offset is measured again, and a step back of an hour kept a
+		// suspended tenant's or a revoked credential's entry an hour.
+		cache:     newTTLCache[principal](cfg.StatusCacheTTL, time.Now),
+		accounts:  newTTLCache[providers.Provider](cfg.StatusCacheTTL, time.Now),
 		log:       log,
 		now:       now,
 		dummyHash: mac(keys.hashKeys[0], newClientSecret()),
