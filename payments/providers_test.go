@@ -344,3 +344,47 @@ func TestStripeISKSettlesByLookup(t *testing.T) {
 	require.Equal(t, "succeeded", got["status"])
 	require.EqualValues(t, 500, got["amount"])
 }
+
+// TestFlutterwaveRetryAsksBeforeChargingAgain: Flutterwave's v3 documents
+// no dedupe of a reused tx_ref (shared/providers.md 2.4; here the fake
+// charges it again). A retry that takes over a payment whose answer was
+// lost asks first: it finds the charge and answers it, one charge; while
+// the provider shows nothing yet it answers 202, sending nothing; and only
+// once a lookup has said "not found" SWEEP_STALE_AFTER after the attempt
+// (the payment released) does a retry charge again.
+func TestFlutterwaveRetryAsksBeforeChargingAgain(t *testing.T) {
+	t.Parallel()
+	fake := flutterwavetest.New(t)
+	fake.ChargeReusedReferences()
+	g := apptest.Start(t, apptest.Env("FLUTTERWAVE_BASE_URL", fake.URL))
+	m := g.Onboard(map[string]any{"default_provider": "flutterwave", "providers": map[string]any{
+		"flutterwave": map[string]string{"secret_key": flutterwavetest.SecretKey, "secret_hash": flutterwavetest.SecretHash}}})
+	b := body(flutterwavetest.TokenSuccess)
+
+	t.Run("ChargedAnswerLost", func(t *testing.T) {
+		fake.DropNextResponse()
+		first := g.Pay(m, "lost", b)
+		require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+		retry := g.Pay(m, "lost", b)
+		require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+		require.Equal(t, "succeeded", retry.JSON(t)["status"])
+		require.Equal(t, 1, fake.Charges(providers.Reference(m.ID, "lost")), "one charge")
+		requireReplay(t, retry, g.Pay(m, "lost", b))
+	})
+	t.Run("NotVisibleYet", func(t *testing.T) {
+		ref := providers.Reference(m.ID, "late")
+		fake.LandLateNext()
+		first := g.Pay(m, "late", b)
+		require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+		for range 3 {
+			retry := g.Pay(m, "late", b)
+			require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+			require.Equal(t, "processing", retry.JSON(t)["status"])
+		}
+		require.Equal(t, 1, fake.Charges(ref), "nothing sent again while the provider may have it")
+		fake.Land(ref)
+		retry := g.Pay(m, "late", b)
+		require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+		require.Equal(t, 1, fake.Charges(ref))
+	})
+}

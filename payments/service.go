@@ -173,16 +173,6 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	if redrive && p.age() > redriveWindow {
 		return s.lookUpInstead(ctx, claim, &p)
 	}
-	if claim.TakenOver {
-		// This request sends the charge out again: the sweeper's wait for
-		// a trustworthy "not found" starts over.
-		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {
-			if errors.Is(err, idempotency.ErrLostClaim) {
-				return Answer{}, keyInUse()
-			}
-			return Answer{}, dbUnavailable()
-		}
-	}
 	prov, err := s.accounts.Provider(ctx, m.ID, p.Provider)
 	if err != nil {
 		if redrive {
@@ -193,6 +183,24 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 		// The account vanished since the token was checked: nothing was
 		// charged, so this is a certain non-charge.
 		return s.notCharged(ctx, claim, &p, err)
+	}
+	if redrive && claim.TakenOver && !providers.DedupesCharges(prov) {
+		// The earlier attempt may have charged at a provider that could
+		// make a second charge of the same reference: ask it, as the
+		// sweeper would. The charge is sent again only after a lookup has
+		// said "not found" SWEEP_STALE_AFTER after that attempt, which
+		// releases the payment for the app's next retry.
+		return s.lookUpInstead(ctx, claim, &p)
+	}
+	if claim.TakenOver {
+		// This request sends the charge out again: the sweeper's wait for
+		// a trustworthy "not found" starts over.
+		if err := s.keys.MarkAttempt(ctx, nil, claim); err != nil {
+			if errors.Is(err, idempotency.ErrLostClaim) {
+				return Answer{}, keyInUse()
+			}
+			return Answer{}, dbUnavailable()
+		}
 	}
 
 	// The charge goes out only while the claim certainly owns the key:

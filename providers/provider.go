@@ -161,6 +161,28 @@ type Provider interface {
 	LookupRefund(ctx context.Context, req RefundLookup) (RefundResult, error)
 }
 
+// ChargeDeduper is implemented by a provider that makes one charge of a
+// reference however often it is sent (shared/providers.md): Stripe replays
+// a request's Idempotency-Key for 24 hours, Paystack refuses a reference
+// it has seen ("Duplicate Transaction Reference", documented), the
+// simulator keeps one charge per reference. Flutterwave's v3 documents no
+// such thing — what a reused tx_ref gets is unconfirmed, and its guidance
+// is to query the status before retrying a create — so its adapter is
+// not one. The gateway re-sends a charge whose earlier attempt's outcome
+// is unknown (a retry taking the key over) only to a ChargeDeduper; any
+// other is asked first, and sent the charge again only once the lookup
+// has said "not found" for SWEEP_STALE_AFTER and released the payment.
+type ChargeDeduper interface {
+	Provider
+	DedupesCharges()
+}
+
+// DedupesCharges reports whether p is a ChargeDeduper.
+func DedupesCharges(p Provider) bool {
+	_, ok := p.(ChargeDeduper)
+	return ok
+}
+
 // RefundDeduper is implemented by a provider that makes one refund of a
 // refund reference however often it is sent (Stripe by the request's
 // Idempotency-Key, the simulator by the reference). Paystack and

@@ -114,6 +114,11 @@ type chargeBody struct {
 	Currency          string `json:"currency"`
 }
 
+// DedupesCharges marks the adapter a providers.ChargeDeduper: Paystack
+// refuses a reference it has seen ("Duplicate Transaction Reference",
+// shared/providers.md 1.4), and Charge then looks the first one up.
+func (p *Provider) DedupesCharges() {}
+
 // Charge charges req.PaymentMethod (an AUTH_ code) with POST
 // /transaction/charge_authorization. A "duplicate reference" answer means
 // the first attempt reached Paystack: the charge is looked up and, if it is

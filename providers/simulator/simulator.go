@@ -317,6 +317,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.Reference, r.ChargeRefer
 // repeated refund reference finds the first refund.
 func (s *Simulator) DedupesRefunds() {}
 
+// DedupesCharges: one charge per reference.
+func (s *Simulator) DedupesCharges() {}
+
 // LookupRefund implements providers.Provider. It only reads.
 func (s *Simulator) LookupRefund(ctx context.Context, req providers.RefundLookup) (providers.RefundResult, error) {
 	if err := s.wait(ctx); err != nil {

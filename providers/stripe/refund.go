@@ -262,3 +262,6 @@ func refundResult(r stripeRefund) providers.RefundResult {
 // answers a repeated Idempotency-Key (our refund reference) with the first
 // refund, for 24 hours (the gateway re-sends only within 23).
 func (p *Provider) DedupesRefunds() {}
+
+// DedupesCharges: a charge's Idempotency-Key is replayed for 24 hours.
+func (p *Provider) DedupesCharges() {}

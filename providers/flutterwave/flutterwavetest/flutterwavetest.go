@@ -55,8 +55,9 @@ type Server struct {
 	fake.Faults
 
 	mu     sync.Mutex
-	txs    map[string]*tx
+	txs    map[string]*tx // the latest charge of each tx_ref
 	nextID int64
+	reuse  bool // ChargeReusedReferences
 
 	refunds    []*refundRecord // creation order
 	nextRefund int64
@@ -86,6 +87,12 @@ func New(t testing.TB) *Server {
 	s.URL = fake.Start(t, &s.Faults, http.HandlerFunc(s.serve))
 	return s
 }
+
+// ChargeReusedReferences makes the fake charge a tx_ref it has seen again,
+// as a second transaction, instead of refusing it as a duplicate: what
+// Flutterwave's v3 does with a reused tx_ref is not documented
+// (shared/providers.md 2.4), and the gateway must not depend on it.
+func (s *Server) ChargeReusedReferences() { s.mu.Lock(); s.reuse = true; s.mu.Unlock() }
 
 // Settle finishes a pending charge with OutcomeSucceeded or OutcomeFailed.
 func (s *Server) Settle(reference string, outcome providers.Outcome) error {
@@ -199,7 +206,7 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	if _, dup := s.txs[in.TxRef]; dup {
+	if _, dup := s.txs[in.TxRef]; dup && !s.reuse {
 		s.mu.Unlock()
 		writeError(w, http.StatusBadRequest, "Duplicate transaction reference")
 		return
