@@ -737,6 +737,34 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.False(t, watched(t, g, m, "refunded"))
 	})
 
+	t.Run("SucceededThenReversed", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "reversed")
+		ps.FailNext(http.StatusInternalServerError)
+		resolved(t, g, id, "succeeded", "the bank says paid")
+		// Charged, then refunded at Paystack's dashboard (not through the
+		// gateway) or charged back: the merchant no longer has the money.
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "reversed").ProviderReference, providers.OutcomeSucceeded))
+		require.NoError(t, ps.Reverse(ledgerByKey(t, g, m.ID, "reversed").ProviderReference))
+		due(t, g)
+		require.Contains(t, g.Logs.String(), "has been reversed at the provider")
+		require.Zero(t, errorsAbout(g, id, "resolved as succeeded"), "it was charged: not the no-charge ERROR")
+		require.False(t, watched(t, g, m, "reversed"), "final at the provider: the watch ends")
+	})
+
+	t.Run("FailedThenChargedAndReversed", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "given-back")
+		resolved(t, g, id, "failed", "abandoned")
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "given-back").ProviderReference, providers.OutcomeSucceeded))
+		require.NoError(t, ps.Reverse(ledgerByKey(t, g, m.ID, "given-back").ProviderReference))
+		due(t, g)
+		require.Zero(t, errorsAbout(g, id, "refund it at the provider"), "the money went back: nothing to refund")
+		require.False(t, watched(t, g, m, "given-back"))
+	})
+
 	t.Run("ConfirmedIsNotWatched", func(t *testing.T) {
 		t.Parallel()
 		ps, g, m := paystackMerchant(t)

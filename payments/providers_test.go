@@ -3,13 +3,16 @@ package payments_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 	"github.com/oncepay/gateway/providers/flutterwave/flutterwavetest"
@@ -387,4 +390,67 @@ func TestFlutterwaveRetryAsksBeforeChargingAgain(t *testing.T) {
 		require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
 		require.Equal(t, 1, fake.Charges(ref))
 	})
+}
+
+// TestAChargeAnsweredForAnotherAmountIsNotRecorded: the provider answers
+// the charge "success" but for another amount or currency than asked (a
+// partial capture, an FX conversion, a confused proxy). The payment is not
+// recorded as succeeded for the amount asked: it stays processing (202),
+// with an ERROR, for the sweeper and, past REVIEW_AFTER, a person.
+func TestAChargeAnsweredForAnotherAmountIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	for name, answer := range map[string]map[string]any{
+		"AnotherAmount":   {"amount": 100, "currency": "NGN"},
+		"AnotherCurrency": {"amount": 5000, "currency": "GHS"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				data := map[string]any{"id": 42, "status": "success", "reference": "x", "gateway_response": "Approved"}
+				for k, v := range answer {
+					data[k] = v
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(map[string]any{"status": true, "message": "Charge attempted", "data": data})
+			}))
+			t.Cleanup(srv.Close)
+			g := apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", srv.URL))
+			m := g.Onboard(map[string]any{"default_provider": "paystack",
+				"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+			r := g.Pay(m, "other-amount", body(paystacktest.TokenSuccess)) // 5000 NGN asked
+			require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
+			require.Equal(t, "processing", r.JSON(t)["status"])
+			require.Contains(t, g.Logs.String(), "for another amount or currency")
+		})
+	}
+}
+
+// TestAReversedChargeIsNeverADecline: the charge's answer is lost, and by
+// the time the gateway asks, Paystack says "reversed" — charged, then
+// refunded at its dashboard or charged back. Money moved, so the payment is
+// never recorded as declined (nor as a success the merchant would ship
+// for): it stays processing, a retry is told 202, and past REVIEW_AFTER
+// it goes to review for a person.
+func TestAReversedChargeIsNeverADecline(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	b := body(paystacktest.TokenSuccess)
+	ps.DropNextResponse()
+	first := g.Pay(m, "reversed", b)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(first.Body))
+	ref := ledgerByKey(t, g, m.ID, "reversed").ProviderReference
+	require.NoError(t, ps.Reverse(ref))
+
+	id := first.JSON(t)["id"].(string)
+	got := g.Get(m, "/v1/payments/"+id) // a poll: looked up
+	require.Equal(t, "processing", got.JSON(t)["status"], string(got.Body))
+	retry := g.Pay(m, "reversed", b)
+	require.Equal(t, http.StatusAccepted, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "processing", retry.JSON(t)["status"])
+	require.Equal(t, 1, ps.Charges(ref))
+
+	ageKeys(t, g, time.Hour)
+	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
+	require.Equal(t, 1, sweep(t, g).Review)
+	require.Equal(t, "requires_review", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
 }

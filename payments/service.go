@@ -217,6 +217,14 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	}
 	failpoint.Hit("before_charge")
 	res, err := s.charge(cctx, prov, &p)
+	if err == nil && res.Outcome == providers.OutcomeSucceeded {
+		// A success for another amount or currency (a partial capture, an
+		// FX conversion, a confused proxy) is not this payment's: it stays
+		// processing and goes to review (ours), instead of being recorded
+		// as the amount asked for. A decline moved no money, and Stripe's
+		// carries no amount to compare.
+		res, err = s.ours(ctx, &p, res, nil)
+	}
 	failpoint.Hit("after_charge")
 	// From here a charge may exist: whatever the database does, the answer
 	// is never a 500. Recording gets its own bounded time, so a stalled

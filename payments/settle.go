@@ -190,8 +190,8 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	}
 }
 
-// ours passes a lookup's final answer on only when the charge it found is
-// p's own: the amount and currency p asked for. Anything else under p's
+// ours passes a lookup's final answer (and a charge's success) on only
+// when the charge it found is p's own: the amount and currency p asked for. Anything else under p's
 // reference is another charge (one made with the merchant's public key at
 // a checkout, a reference reused by another system): it must neither
 // settle p as succeeded nor fail it, so it becomes an unknown outcome

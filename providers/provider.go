@@ -66,6 +66,14 @@ type Result struct {
 	// lookup only when they are the payment's own.
 	Amount   int64
 	Currency string
+	// Reversed: the provider made the charge and has since given the money
+	// back outside the gateway (Paystack's "reversed": refunded at its
+	// dashboard, or charged back). Outcome is then OutcomePending — final
+	// at the provider, but neither a success to record (the merchant would
+	// ship for money it no longer has) nor a decline (money did move): a
+	// payment the gateway has not settled goes to review, where a person
+	// settles it with the merchant.
+	Reversed bool
 }
 
 // RefundRequest is one refund, in our terms. Reference is our refund

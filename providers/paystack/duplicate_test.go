@@ -111,3 +111,41 @@ func TestFeesPassedOnAreNotAnotherAmount(t *testing.T) {
 		})
 	}
 }
+
+// Verify's "not found" is "never charged" only when it is about the
+// reference: any other 4xx "Not found" (a proxy's, a wrong base URL's)
+// says nothing about the charge and is an error, never OutcomeNotFound.
+func TestLookupNotFoundOnlyForAnUnknownReference(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, body string
+		status     int
+		notFound   bool
+	}{
+		{"InPractice", `{"status":false,"message":"Transaction reference not found"}`, 400, true},
+		{"InPracticeAs404", `{"status":false,"message":"Transaction reference not found."}`, 404, true},
+		{"TheSpecsExample", `{"status":false,"message":"Entity not found"}`, 404, true},
+		{"ARoutesNotFound", `{"status":false,"message":"Not found"}`, 404, false},
+		{"AProxysNotFound", `{"message":"Resource not found"}`, 404, false},
+		{"AServerError", `{"status":false,"message":"Transaction reference not found"}`, 500, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			p, err := paystack.New(paystack.Config{BaseURL: srv.URL, Timeout: 2 * time.Second})(providers.Secrets{"secret_key": "sk_test_x"})
+			require.NoError(t, err)
+			res, err := p.Lookup(context.Background(), "op-x")
+			if tt.notFound {
+				require.NoError(t, err)
+				require.Equal(t, providers.OutcomeNotFound, res.Outcome)
+				return
+			}
+			require.Error(t, err, "an error, which leaves the payment in progress: never OutcomeNotFound")
+			require.NotEqual(t, providers.OutcomeNotFound, res.Outcome)
+		})
+	}
+}

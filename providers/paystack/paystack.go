@@ -219,7 +219,7 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 		tx, err := decodeTx(env.Data)
 		return tx, err == nil, err
 	case (resp.Status == http.StatusNotFound || resp.Status == http.StatusBadRequest) &&
-		decodeErr == nil && strings.Contains(strings.ToLower(env.Message), "not found"):
+		decodeErr == nil && unknownReference(env.Message):
 		return transaction{}, false, nil
 	default:
 		return transaction{}, false, wire.StatusError(Name, "verify", resp.Status, env.Message)
@@ -232,6 +232,17 @@ func decodeTx(data json.RawMessage) (transaction, error) {
 		return transaction{}, fmt.Errorf("%s: %w: answer without a transaction status", Name, providers.ErrUnknown)
 	}
 	return tx, nil
+}
+
+// unknownReference matches verify's answers for a reference Paystack has
+// no transaction under (shared/providers.md 1.3(d)): "Transaction reference
+// not found" in practice, "Entity not found" in its spec. Any other "not
+// found" — a proxy's or a wrong PAYSTACK_BASE_URL's "Not found" for a path
+// it does not serve — says nothing about the charge, and read as "never
+// charged" it would release payments that were.
+func unknownReference(msg string) bool {
+	m := strings.ToLower(strings.TrimSpace(msg))
+	return strings.Contains(m, "reference not found") || m == "entity not found"
 }
 
 // isDuplicate matches Paystack's "Duplicate Transaction Reference" and
@@ -248,8 +259,12 @@ func result(tx transaction) providers.Result {
 	switch strings.ToLower(tx.Status) {
 	case "success":
 		r = providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: id}
-	case "failed", "reversed":
+	case "failed":
 		r = wire.Declined(id, wire.DeclineCode(tx.GatewayResponse))
+	case "reversed":
+		// Charged, then refunded or charged back (providers.md 1.3): never
+		// a decline.
+		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: id, Reversed: true}
 	default: // pending, ongoing, processing, queued, send_*, open_url, pay_offline, abandoned
 		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: id}
 	}

@@ -173,6 +173,19 @@ func (s *Server) Settle(reference string, outcome providers.Outcome) error {
 	return nil
 }
 
+// Reverse marks a stored charge "reversed": refunded at Paystack's
+// dashboard, or charged back, outside the gateway.
+func (s *Server) Reverse(reference string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.txs[s.key(reference)]
+	if !ok {
+		return fmt.Errorf("paystacktest: no charge %q", reference)
+	}
+	t.Status = "reversed"
+	return nil
+}
+
 // Webhook returns a charge.success delivery for a stored charge, signed like
 // Paystack signs it (header x-paystack-signature), to POST at the gateway.
 func (s *Server) Webhook(reference string) (http.Header, []byte, error) {
