@@ -256,6 +256,13 @@ func (p *Pipeline) lane() {
 			cancel()
 		}
 	}()
+	// fresh replaces the lane's connection after one broke under a
+	// statement that ran alone (each), for the statements after it.
+	fresh := func() (*pgx.Conn, error) {
+		var err error
+		conn, born, err = p.ready(conn, time.Time{}, born)
+		return conn, err
+	}
 	batch := make([]*call, 0, p.max)
 	for {
 		batch = batch[:0]
@@ -285,7 +292,7 @@ func (p *Pipeline) lane() {
 		if batch = claim(batch); len(batch) == 0 {
 			continue
 		}
-		switch p.run(conn, batch, true) {
+		switch p.run(conn, batch, true, fresh) {
 		case resend:
 			// PostgreSQL had closed the connection before running any of
 			// it (a restart): nothing of the batch happened, so it goes
@@ -295,7 +302,7 @@ func (p *Pipeline) lane() {
 				break
 			}
 			if batch = claim(batch); len(batch) > 0 {
-				p.run(conn, batch, false)
+				p.run(conn, batch, false, fresh)
 			}
 		case separately:
 			// pgx refused the batch before sending it (a statement it
@@ -306,7 +313,7 @@ func (p *Pipeline) lane() {
 				answer(batch, err)
 				break
 			}
-			p.each(conn, batch)
+			p.each(conn, batch, fresh)
 		}
 		used = time.Now()
 	}
@@ -402,8 +409,8 @@ const (
 
 // run sends batch, every call of it claimed, on conn and answers every
 // call in it — except when mayResend is set and nothing of the batch ran
-// (see next).
-func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
+// (see next). fresh gives the lane a new connection (see each).
+func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool, fresh func() (*pgx.Conn, error)) next {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if mayResend {
@@ -458,7 +465,7 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 		// back: nothing of it happened, so each statement runs again
 		// alone and gets the answer it would have had without company.
 		p.count(0, 0, 1)
-		p.each(conn, batch)
+		p.each(conn, batch, fresh)
 	case mayResend && ran == 0 && endedFirst(sent):
 		return resend
 	case mayResend && errors.As(sent, &unsent):
@@ -478,17 +485,39 @@ func (p *Pipeline) run(conn *pgx.Conn, batch []*call, mayResend bool) next {
 }
 
 // each runs every statement of batch alone, in order, and answers it.
-func (p *Pipeline) each(conn *pgx.Conn, batch []*call) {
+// Where the connection breaks under one (a restart, a terminated backend),
+// that one's outcome is unknown and its caller is told so; the statements
+// after it were never sent, and go on a new connection from fresh instead
+// of failing on the closed one. One the server ended the connection on
+// before running it (endedFirst) goes once more, as a batch of one does in
+// the lane.
+func (p *Pipeline) each(conn *pgx.Conn, batch []*call, fresh func() (*pgx.Conn, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	p.count(0, int64(len(batch)), 0)
-	for _, c := range batch {
+	for i, c := range batch {
+		if conn.IsClosed() {
+			var err error
+			if conn, err = fresh(); err != nil {
+				answer(batch[i:], err)
+				return
+			}
+		}
 		// Rolled back, or never sent: a caller who left meanwhile is
 		// answered, not run again.
 		if !c.claim() {
 			continue
 		}
 		c.res = single(ctx, conn, c)
+		if endedFirst(c.res.err) && !c.res.completed {
+			if again, err := fresh(); err == nil {
+				conn = again
+				if !c.claim() {
+					continue
+				}
+				c.res = single(ctx, conn, c)
+			}
+		}
 		p.answerAlone(c, conn)
 	}
 }

@@ -127,6 +127,43 @@ func TestARefusedStatementCostsItsCompanyNothing(t *testing.T) {
 	require.Positive(t, p.Stats().Retried, "the crowd went as one batch, and it was retried")
 }
 
+// A batch the server refused runs again one statement at a time; when the
+// connection breaks under one of those (a restart, a terminated backend),
+// that one's outcome is unknown, but the statements after it were never
+// sent: they go on a new connection, each applied once, instead of failing
+// on the closed one.
+func TestAConnectionBrokenWhileRunningAloneLosesNoOneElse(t *testing.T) {
+	t.Parallel()
+	_, db := start(t, 1)
+	for round := range 3 {
+		const n = 8
+		errs := make([]error, n)
+		crowd(t, db, n, func(i int) {
+			// Queued in this order (the batch's): the refusal first, so the
+			// batch is rolled back before the termination runs in it.
+			time.Sleep(time.Duration(min(i, 2)) * 30 * time.Millisecond)
+			switch i {
+			case 0:
+				_, errs[i] = db.Exec(`SELECT 1 / $1`, 0) // refuses the batch
+			case 1:
+				_, errs[i] = db.Exec(`SELECT pg_terminate_backend(pg_backend_pid())`)
+			default:
+				_, errs[i] = db.Exec(`INSERT INTO t (k) VALUES ($1)`, fmt.Sprintf("r%d-%d", round, i))
+			}
+		})
+		var count int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM t WHERE k LIKE $1`, fmt.Sprintf("r%d-%%", round)).Scan(&count))
+		told := 0
+		for i := 2; i < n; i++ {
+			if errs[i] == nil {
+				told++
+			}
+		}
+		require.Equal(t, count, told, "round %d: every insert told it succeeded is there, and only those: %v", round, errs)
+		require.Equal(t, n-2, count, "round %d: none lost to the broken connection: %v", round, errs)
+	}
+}
+
 // Rows come back as database/sql values of every common type, NULLs
 // included.
 func TestRowsAndTypes(t *testing.T) {
