@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -79,6 +80,25 @@ func TestHealthAndReadiness(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no database, not ready")
 	require.Equal(t, "unavailable", problemOf(t, resp)["code"])
+}
+
+// A pool whose every connection is busy is not a database that is down:
+// /readyz asks over a connection of its own, so a load balancer does not
+// take every instance out at once under load.
+func TestReadinessWithEveryPooledConnectionBusy(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("DATABASE_MAX_CONNS", "2"))
+	sqlDB, err := g.App.DB().DB()
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 2 {
+		conn, err := sqlDB.Conn(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+	}
+	r := g.Do("GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	require.Equal(t, "ok", r.JSON(t)["database"])
 }
 
 func TestAdminBodyOver1MiBIs413(t *testing.T) {

@@ -114,6 +114,7 @@ func Open(url string, opt Options) (*gorm.DB, error) {
 				return nil, fmt.Errorf("database: pipeline: %w", err)
 			}
 		}
+		probes.Store(sqlDB, newProbe(pcfg))
 		return db, nil
 	}
 	if dir := filepath.Dir(url); dir != "" {
@@ -148,15 +149,6 @@ func DialectOf(db *gorm.DB) Dialect {
 	return SQLite
 }
 
-// Ping checks that the database answers, for readiness probes.
-func Ping(ctx context.Context, db *gorm.DB) error {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return err
-	}
-	return sqlDB.PingContext(ctx)
-}
-
 // Close closes the pool and the pipeline.
 func Close(db *gorm.DB) error {
 	if p := pipeline.Of(db); p != nil {
@@ -166,6 +158,7 @@ func Close(db *gorm.DB) error {
 	if err != nil {
 		return err
 	}
+	closeProbe(sqlDB)
 	return sqlDB.Close()
 }
 
