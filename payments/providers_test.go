@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,9 @@ func TestRealProviders(t *testing.T) {
 				require.Equal(t, http.StatusUnauthorized, bad.StatusCode, string(bad.Body))
 				require.Equal(t, "invalid_signature", bad.Code(t))
 				require.Equal(t, "processing", ledgerStatus(t, g, m.ID, id), "a GET would settle it by lookup: read the ledger")
+				// Anyone can post to the route: a WARN, once a minute at most.
+				require.Equal(t, http.StatusUnauthorized, g.Do("POST", hook, tampered, headerPairs(h)...).StatusCode)
+				require.Equal(t, 1, strings.Count(g.Logs.String(), "webhook signature invalid"), g.Logs.String())
 
 				ok := g.Do("POST", hook, b, headerPairs(h)...)
 				require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))

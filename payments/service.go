@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/ids"
+	"github.com/oncepay/gateway/app/logthrottle"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
@@ -81,6 +82,11 @@ type Service struct {
 	accounts Accounts
 	cfg      Config
 	pacer    *pacer
+	// unsigned logs webhooks refused for their signature, once a minute at
+	// most with a count of the rest: a secret set wrong at the provider
+	// or the gateway is worth a WARN, but anyone can post unsigned
+	// requests to the route.
+	unsigned *slog.Logger
 }
 
 // NewService wires a service.
@@ -112,7 +118,8 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 	if cfg.Events == nil {
 		cfg.Events = events.NewEmitter(cfg.Now)
 	}
-	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg, pacer: newPacer(cfg.SweepProviderRate)}
+	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg, pacer: newPacer(cfg.SweepProviderRate),
+		unsigned: slog.New(logthrottle.New(cfg.Log.Handler(), time.Minute, nil))}
 }
 
 // Store exposes the payment store (for reads by handlers and tests).

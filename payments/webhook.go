@@ -41,7 +41,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	ev, err := prov.VerifyWebhook(header, body)
 	switch {
 	case errors.Is(err, providers.ErrBadSignature):
-		s.cfg.Log.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
+		s.unsigned.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
 		return WebhookResult{}, problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")
 	case err != nil:
 		return WebhookResult{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "is not a webhook event this provider sends"})

@@ -20,6 +20,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/audit"
+	"github.com/oncepay/gateway/app/logthrottle"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/app/reqjson"
@@ -29,10 +30,17 @@ import (
 // Handler serves the tenants HTTP API.
 type Handler struct {
 	svc *Service
+	// refusals logs admin requests refused for their key, at most once a
+	// minute with a count of the rest: someone is trying keys, or a
+	// caller still has an old one, and either is worth a look — but an
+	// unauthenticated stream must not flood the log.
+	refusals *slog.Logger
 }
 
 // NewHandler returns the handlers of svc.
-func NewHandler(svc *Service) *Handler { return &Handler{svc: svc} }
+func NewHandler(svc *Service) *Handler {
+	return &Handler{svc: svc, refusals: slog.New(logthrottle.New(svc.log.Handler(), time.Minute, nil))}
+}
 
 // AdminRoutes mounts the admin-key check on r (the /admin/v1 group: every
 // route under it requires the key) and the /tenants routes.
@@ -380,6 +388,8 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 	key, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
 	valid, previous := h.svc.adminKeyValid(key)
 	if !ok || !valid {
+		h.refusals.WarnContext(c.UserContext(), "admin request refused: missing or wrong admin API key",
+			"method", c.Method(), "path", c.Path(), "remote", c.IP(), "request_id", c.GetRespHeader(fiber.HeaderXRequestID))
 		c.Set(fiber.HeaderWWWAuthenticate, "Bearer")
 		return problem.New(fiber.StatusUnauthorized, "unauthorized", "a valid admin API key is required (Authorization: Bearer)")
 	}

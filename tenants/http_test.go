@@ -687,3 +687,20 @@ func TestProviderLookup(t *testing.T) {
 		require.Error(t, err)
 	})
 }
+
+// An admin request refused for its key is a WARN naming where it came from
+// — someone trying keys, or a caller with an old one — once a minute at
+// most, never the key it sent.
+func TestRefusedAdminKeysAreLoggedThrottled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for range 5 {
+		r := e.do("GET", "/admin/v1/tenants", "", "Authorization", "Bearer not-the-admin-key-0123456789abcdef")
+		require.Equal(t, 401, r.status)
+	}
+	logs := e.logs.String()
+	require.Equal(t, 1, strings.Count(logs, "admin request refused"), logs)
+	require.Contains(t, logs, `"level":"WARN"`)
+	require.Contains(t, logs, `"path":"/admin/v1/tenants"`)
+	require.NotContains(t, logs, "not-the-admin-key", "never the key")
+}
