@@ -530,7 +530,7 @@ func deliveryError(err error, production bool) string {
 // failing streak; a failure starts one, and one 5 days long disables the
 // endpoint (an audit event says so).
 func (s *Service) health(ctx context.Context, ep *Endpoint, ok bool) (disabled bool, err error) {
-	now := s.cfg.Now().UTC()
+	now := s.now()
 	if ok {
 		return false, s.store.endStreak(ctx, ep.MerchantID, ep.ID)
 	}

@@ -61,6 +61,11 @@ func invalid(field, reason string) error {
 }
 
 // check validates the request's fields; create requires url.
+// now is the time an endpoint's change is stamped with, in microseconds:
+// what PostgreSQL keeps, so the answer that made the change shows the
+// same created_at and updated_at as every GET after it.
+func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
+
 func (s *Service) check(req EndpointRequest, create bool) error {
 	if create && req.URL == nil {
 		return invalid("url", "is required")
@@ -167,7 +172,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, keys *idempotency.Store, c
 		} else if len(eps) >= maxEndpoints {
 			return idempotency.Response{}, invalid("url", fmt.Sprintf("a merchant has at most %d endpoints", maxEndpoints))
 		}
-		now := s.cfg.Now().UTC()
+		now := s.now()
 		secret := NewSecret()
 		ep := Endpoint{MerchantID: merchantID, ID: ids.New("we_"), URL: *req.URL,
 			Events: eventsJSON(req.Events), CreatedAt: now, UpdatedAt: now}
@@ -190,7 +195,7 @@ func (s *Service) UpdateEndpoint(ctx context.Context, keys *idempotency.Store, c
 		return idempotency.Response{}, releaseWith(ctx, keys, claim, err)
 	}
 	return s.mutate(ctx, keys, claim, func(tx *gorm.DB) (idempotency.Response, error) {
-		now := s.cfg.Now().UTC()
+		now := s.now()
 		cols := map[string]any{"updated_at": now}
 		if req.URL != nil {
 			cols["url"] = *req.URL
@@ -260,7 +265,7 @@ func (s *Service) RotateSecret(ctx context.Context, keys *idempotency.Store, cla
 		if err != nil {
 			return idempotency.Response{}, err
 		}
-		now := s.cfg.Now().UTC()
+		now := s.now()
 		until := now.Add(rotationOverlap)
 		secret := NewSecret()
 		sealed := s.cfg.Box.Seal(secretAAD(merchantID, id), []byte(secret))

@@ -55,6 +55,9 @@ func TestEndpointsAPI(t *testing.T) {
 		one := g.Get(m, "/v1/webhook_endpoints/"+id)
 		require.Equal(t, http.StatusOK, one.StatusCode)
 		require.NotContains(t, string(one.Body), "whsec_")
+		for _, at := range []string{"created_at", "updated_at"} {
+			require.Equal(t, ep[at], one.JSON(t)[at], "the answer that created it and a GET show the same %s", at)
+		}
 
 		var row events.Endpoint
 		require.NoError(t, g.App.DB().Where("id = ?", id).Take(&row).Error)
