@@ -655,7 +655,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.",
+                "description": "Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -666,6 +666,23 @@ const docTemplate = `{
                 "summary": "List tenants",
                 "operationId": "listTenants",
                 "parameters": [
+                    {
+                        "enum": [
+                            "active",
+                            "suspended"
+                        ],
+                        "type": "string",
+                        "description": "Only tenants in this status",
+                        "name": "status",
+                        "in": "query"
+                    },
+                    {
+                        "maxLength": 200,
+                        "type": "string",
+                        "description": "Only tenants whose name contains this, case folded (at most 200 characters)",
+                        "name": "name",
+                        "in": "query"
+                    },
                     {
                         "maximum": 100,
                         "minimum": 1,

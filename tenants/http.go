@@ -254,10 +254,12 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 // listTenants pages through tenants.
 //
 //	@Summary		List tenants
-//	@Description	Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+//	@Description	Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.
 //	@Tags			admin
 //	@Produce		json
 //	@Produce		application/problem+json
+//	@Param			status	query		string	false	"Only tenants in this status"	Enums(active, suspended)
+//	@Param			name	query		string	false	"Only tenants whose name contains this, case folded (at most 200 characters)"	maxLength(200)
 //	@Param			limit	query		int		false	"Page size"	minimum(1)	maximum(100)	default(20)
 //	@Param			cursor	query		string	false	"next_cursor of the previous page"
 //	@Success		200		{object}	TenantListResponse
@@ -269,10 +271,11 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@ID				listTenants
 //	@Router			/admin/v1/tenants [get]
 func (h *Handler) listTenants(c *fiber.Ctx) error {
-	if err := query.Known(c, "limit", "cursor"); err != nil {
+	if err := query.Known(c, "status", "name", "limit", "cursor"); err != nil {
 		return err
 	}
-	p := ListParams{Cursor: utils.CopyString(c.Query("cursor"))}
+	p := ListParams{Cursor: utils.CopyString(c.Query("cursor")), Status: utils.CopyString(c.Query("status")),
+		Name: utils.CopyString(c.Query("name"))}
 	if s := c.Query("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/database/dbtest"
 )
@@ -703,4 +704,56 @@ func TestRefusedAdminKeysAreLoggedThrottled(t *testing.T) {
 	require.Contains(t, logs, `"level":"WARN"`)
 	require.Contains(t, logs, `"path":"/admin/v1/tenants"`)
 	require.NotContains(t, logs, "not-the-admin-key", "never the key")
+}
+
+// An operator finds tenants by status and by a piece of their name, case
+// folded, on both stores; LIKE's wildcards in the text are the characters
+// themselves, and a filtered listing pages like any other.
+func TestListTenantsFilters(t *testing.T) {
+	t.Parallel()
+	for name, db := range map[string]func(testing.TB) *gorm.DB{"postgres": dbtest.Postgres, "sqlite": dbtest.SQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvOn(t, db(t), newClock())
+			ids := map[string]string{}
+			for _, n := range []string{"Ada Stores", "ada_kitchen", "Bob 100%", "Zed", "Adaline"} {
+				id, _, _ := e.onboard(fmt.Sprintf(`{"name":%q,"default_provider":"simulator"}`, n))
+				ids[n] = id
+				e.clock.Advance(time.Millisecond)
+			}
+			require.Equal(t, 200, e.admin("PATCH", "/admin/v1/tenants/"+ids["Zed"], `{"status":"suspended"}`).status)
+			names := func(query string) []string {
+				t.Helper()
+				var out []string
+				cursor := ""
+				for range 10 {
+					path := "/admin/v1/tenants?limit=1&" + query
+					if cursor != "" {
+						path += "&cursor=" + cursor
+					}
+					r := e.admin("GET", path, "")
+					require.Equal(t, 200, r.status, string(r.body))
+					for _, d := range r.json(t)["data"].([]any) {
+						out = append(out, d.(map[string]any)["name"].(string))
+					}
+					if cursor, _ = r.json(t)["next_cursor"].(string); cursor == "" {
+						return out
+					}
+				}
+				t.Fatal("too many pages")
+				return nil
+			}
+			require.Equal(t, []string{"Ada Stores", "ada_kitchen", "Adaline"}, names("name=ADA"))
+			require.Equal(t, []string{"ada_kitchen"}, names("name=_"), "_ is an underscore, not any character")
+			require.Equal(t, []string{"Bob 100%"}, names("name=%25"), "% is a percent sign, not anything")
+			require.Equal(t, []string{"Zed"}, names("status=suspended"))
+			require.Empty(t, names("status=suspended&name=ada"))
+			require.Len(t, names("status=active"), 4)
+			for _, bad := range []string{"status=deleted", "name=%00", "name=" + strings.Repeat("a", 201)} {
+				r := e.admin("GET", "/admin/v1/tenants?"+bad, "")
+				require.Equal(t, 400, r.status, bad)
+				require.Equal(t, "invalid_request", r.code(t))
+			}
+		})
+	}
 }

@@ -262,6 +262,17 @@ func (s *Service) List(ctx context.Context, p ListParams) (Page, error) {
 	if limit < 1 || limit > MaxPageSize {
 		v.add("limit", fmt.Sprintf("must be between 1 and %d", MaxPageSize))
 	}
+	if p.Status != "" {
+		checkStatus(v, p.Status)
+	}
+	if p.Name != "" {
+		switch {
+		case utf8.RuneCountInString(p.Name) > 200:
+			v.add("name", "must be at most 200 characters")
+		case !printable(p.Name):
+			v.add("name", "must be printable text")
+		}
+	}
 	var after *pageKey
 	if p.Cursor != "" {
 		k, err := decodeCursor(p.Cursor)
@@ -274,7 +285,7 @@ func (s *Service) List(ctx context.Context, p ListParams) (Page, error) {
 		return Page{}, err
 	}
 	db := s.db.WithContext(ctx)
-	rows, err := listTenants(db, after, limit+1)
+	rows, err := listTenants(db, tenantFilter{status: p.Status, name: p.Name}, after, limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("tenants: list: %w", err)
 	}

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -94,9 +95,22 @@ type pageKey struct {
 	ID        string
 }
 
-func listTenants(db *gorm.DB, after *pageKey, limit int) ([]tenantRow, error) {
+// tenantFilter narrows a listing ("": no condition).
+type tenantFilter struct{ status, name string }
+
+// likeEscaper escapes LIKE's wildcards (and its escape character), so a
+// name searched for is matched as the text it is.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+func listTenants(db *gorm.DB, f tenantFilter, after *pageKey, limit int) ([]tenantRow, error) {
 	var rows []tenantRow
 	q := db.Order("created_at, id").Limit(limit)
+	if f.status != "" {
+		q = q.Where("status = ?", f.status)
+	}
+	if f.name != "" {
+		q = q.Where(`lower(name) LIKE ? ESCAPE '\'`, "%"+likeEscaper.Replace(strings.ToLower(f.name))+"%")
+	}
 	if after != nil {
 		q = q.Where("(created_at, id) > (?, ?)", after.CreatedAt, after.ID)
 	}

@@ -204,6 +204,10 @@ func (t Token) LogValue() slog.Value {
 type ListParams struct {
 	Limit  int
 	Cursor string
+	// Status keeps only tenants in it (active or suspended; "": all).
+	Status string
+	// Name keeps only tenants whose name contains it, case folded ("": all).
+	Name string
 }
 
 // Page is one page of tenants. NextCursor is empty on the last page.

@@ -356,6 +356,24 @@ func (e AdminSearchRefundsParamsStatus) Valid() bool {
 	}
 }
 
+// Defines values for ListTenantsParamsStatus.
+const (
+	ListTenantsParamsStatusActive    ListTenantsParamsStatus = "active"
+	ListTenantsParamsStatusSuspended ListTenantsParamsStatus = "suspended"
+)
+
+// Valid indicates whether the value is a known member of the ListTenantsParamsStatus enum.
+func (e ListTenantsParamsStatus) Valid() bool {
+	switch e {
+	case ListTenantsParamsStatusActive:
+		return true
+	case ListTenantsParamsStatusSuspended:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for IssueTokenFormdataBodyGrantType.
 const (
 	ClientCredentials IssueTokenFormdataBodyGrantType = "client_credentials"
@@ -1464,12 +1482,21 @@ type AdminSearchRefundsParamsStatus string
 
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
+	// Status Only tenants in this status
+	Status *ListTenantsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Name Only tenants whose name contains this, case folded (at most 200 characters)
+	Name *string `form:"name,omitempty" json:"name,omitempty"`
+
 	// Limit Page size
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor next_cursor of the previous page
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
+
+// ListTenantsParamsStatus defines parameters for ListTenants.
+type ListTenantsParamsStatus string
 
 // AdminListWebhookDeliveriesParams defines parameters for AdminListWebhookDeliveries.
 type AdminListWebhookDeliveriesParams struct {
@@ -1858,7 +1885,7 @@ type ClientInterface interface {
 
 	// ListTenants List tenants
 	//
-	// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+	// Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.
 	//
 	// Corresponds with GET /admin/v1/tenants (the `ListTenants` operationId).
 	ListTenants(ctx context.Context, params *ListTenantsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2367,7 +2394,7 @@ func (c *Client) AdminResolveRefund(ctx context.Context, id string, body AdminRe
 
 // ListTenants List tenants
 //
-// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+// Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.
 //
 // Corresponds with GET /admin/v1/tenants (the `ListTenants` operationId).
 func (c *Client) ListTenants(ctx context.Context, params *ListTenantsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3597,6 +3624,30 @@ func NewListTenantsRequest(server string, params *ListTenantsParams) (*http.Requ
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Name != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "name", *params.Name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Limit != nil {
 
@@ -5131,7 +5182,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListTenantsWithResponse List tenants
 	//
-	// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+	// Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10161,7 +10212,7 @@ func (c *ClientWithResponses) AdminResolveRefundWithResponse(ctx context.Context
 
 // ListTenantsWithResponse List tenants
 //
-// Tenants oldest first, in keyset pages. Pass next_cursor back as cursor for the next page; the last page has no next_cursor.
+// Tenants oldest first, in keyset pages, optionally only those in a status or whose name contains some text (case folded). Pass next_cursor back as cursor, with the same filters, for the next page; the last page has no next_cursor.
 //
 // Returns a wrapper object for the known response body format(s).
 //
