@@ -227,8 +227,17 @@ func (p *Provider) findRefund(ctx context.Context, reference, ref, txID string) 
 				return r, true, nil
 			}
 		}
-		pages, err := l.Meta.PageCount.Int64()
-		if len(l.Data) < refundPerPage || (err == nil && int64(page) >= pages) {
+		// The last page is the one pageCount names, or without it an
+		// empty one: never a short page. Paystack may serve fewer than
+		// perPage asked (its spec documents a default of 50 and no
+		// maximum), and taking a short page for the last would miss our
+		// refund on the next — and Paystack makes a second refund of a
+		// reference sent again.
+		if pages, err := l.Meta.PageCount.Int64(); err == nil && l.Meta.PageCount != "" {
+			if int64(page) >= pages {
+				return refund{}, false, nil
+			}
+		} else if len(l.Data) == 0 {
 			return refund{}, false, nil
 		}
 	}

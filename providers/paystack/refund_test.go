@@ -298,3 +298,53 @@ func TestVerifyRefundWebhook(t *testing.T) {
 		})
 	}
 }
+
+// Paystack may list fewer refunds a page than perPage asks (its spec's
+// default is 50, and no maximum is documented): a short page is not the
+// last. Ours is on page 2, behind 50 others; found there, it is not sent
+// again (Paystack would make a second refund of it) — with the page count
+// in meta, and without it (then an empty page ends the list).
+func TestRefundLookupReadsPastAShortPage(t *testing.T) {
+	t.Parallel()
+	for name, withCount := range map[string]bool{"PageCount": true, "NoPageCount": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var posts atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch {
+				case r.Method == http.MethodGet && r.URL.Path == "/refund":
+					page := r.URL.Query().Get("page")
+					data := []map[string]any{}
+					if page == "1" || page == "2" {
+						for i := range 50 {
+							note := fmt.Sprintf("other-%s-%d", page, i)
+							if page == "2" && i == 7 {
+								note = "or-ours"
+							}
+							data = append(data, map[string]any{"id": 1000 + i, "status": "pending", "merchant_note": note, "transaction": 42})
+						}
+					}
+					meta := map[string]any{"perPage": 50, "page": page}
+					if withCount {
+						meta["pageCount"] = 2
+					}
+					_ = json.NewEncoder(w).Encode(map[string]any{"status": true, "message": "Refunds retrieved", "data": data, "meta": meta})
+				case r.Method == http.MethodPost && r.URL.Path == "/refund":
+					posts.Add(1)
+					_ = json.NewEncoder(w).Encode(map[string]any{"status": true, "message": "Refund has been queued for processing",
+						"data": map[string]any{"id": 9999, "status": "pending", "merchant_note": "or-ours", "transaction": map[string]any{"id": 42}}})
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			p := newProvider(t, srv.URL, "sk_test_x", 0)
+			res, err := p.Refund(context.Background(), providers.RefundRequest{Reference: "or-ours", ChargeReference: "pay_x",
+				TransactionID: "42", Amount: 100, Currency: "NGN"})
+			require.NoError(t, err)
+			require.Zero(t, posts.Load(), "ours is listed on page 2: it must not be sent again")
+			require.Equal(t, "1007", res.RefundID)
+		})
+	}
+}
