@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -720,7 +721,61 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 			settled++
 		}
 	}
+	if refundReference != "" {
+		failed, err := s.refundFailedSince(ctx, p, refundReference)
+		if err != nil {
+			return settled, deferred, err
+		}
+		if failed {
+			settled++
+		}
+	}
 	return settled, deferred, nil
+}
+
+// refundFailedSince looks up the payment's succeeded refund under
+// reference, for the provider's event naming it: a refund can fail after
+// it succeeded (Stripe's refund.updated when the customer's card or
+// account has closed since; the money goes back to the merchant's
+// balance). One the provider now has failed is failed in the ledger too —
+// its amount given back to the payment, to be refunded again some other
+// way, and a refund.failed event telling the merchant — in one
+// transaction, conditional on it still being succeeded. The key's stored
+// answer stays what was answered then.
+func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference string) (failed bool, err error) {
+	r, err := s.store.succeededRefund(ctx, p.MerchantID, p.ID, reference)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res, err := s.lookupRefund(ctx, &r)
+	if err != nil || res.Outcome != providers.OutcomeFailed {
+		return false, err
+	}
+	f := refundParams{Status: RefundFailed, FailureCode: cmp.Or(res.FailureCode, "refund_failed"), FailureMessage: res.FailureMessage, At: s.now()}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ok, err := s.store.failSucceededRefund(ctx, tx, r.MerchantID, r.ID, f)
+		if err != nil || !ok {
+			return err
+		}
+		f.applyTo(&r)
+		if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
+			return err
+		}
+		failed = true
+		return s.emitRefund(ctx, tx, &r)
+	})
+	if err != nil {
+		return false, err
+	}
+	if failed {
+		s.cfg.Log.WarnContext(ctx, "a refund the provider had reported succeeded has failed since; its amount is given back to the payment",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+			"amount", r.Amount, "currency", r.Currency, "failure_code", r.FailureCode)
+	}
+	return failed, nil
 }
 
 // A refund, like a charge, can land after the provider said it had none:

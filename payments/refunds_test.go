@@ -1445,3 +1445,54 @@ func TestARefundResolutionIsWatchedForAWeek(t *testing.T) {
 	require.Contains(t, g.Logs.String(), "stopped watching a refund")
 	require.NotContains(t, g.Logs.String(), `"level":"ERROR"`)
 }
+
+// A refund can fail after it succeeded (Stripe: the customer's card or
+// account closed since; refund.updated says so). The event makes the
+// gateway look again: the refund is failed in the ledger too, its amount
+// is given back to the payment (so it can be refunded again), and the
+// merchant gets refund.failed. A retry of the refund's key still replays
+// what was answered then; a second event changes nothing more.
+func TestARefundThatFailsAfterSucceedingGivesItsAmountBack(t *testing.T) {
+	t.Parallel()
+	st, g, m := stripeMerchant(t)
+	b := body(stripetest.TokenSuccess)
+	b["currency"] = "USD"
+	paid := g.Pay(m, "p", b)
+	require.Equal(t, http.StatusCreated, paid.StatusCode, string(paid.Body))
+	id := paid.JSON(t)["id"].(string)
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+	require.Equal(t, "succeeded", first.JSON(t)["status"])
+	refundID := first.JSON(t)["id"].(string)
+	require.EqualValues(t, 5000, g.Get(m, "/v1/payments/"+id).JSON(t)["amount_refunded"])
+
+	ref := providers.RefundReference(m.ID, "r")
+	require.NoError(t, st.FailRefund(ref))
+	h, raw, err := st.RefundWebhook(ref, time.Now())
+	require.NoError(t, err)
+	hook := "/v1/webhooks/stripe/" + m.ID
+	ok := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+	require.Equal(t, "refunds_settled", ok.JSON(t)["status"])
+
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "failed", got["status"])
+	require.Equal(t, "declined", got["failure_code"], "the adapter's code for a refund the bank refused")
+	require.EqualValues(t, 0, g.Get(m, "/v1/payments/"+id).JSON(t)["amount_refunded"], "its amount is given back")
+	var types []string
+	for _, e := range g.Get(m, "/v1/events").JSON(t)["data"].([]any) {
+		types = append(types, e.(map[string]any)["type"].(string))
+	}
+	require.Contains(t, types, "refund.failed")
+	require.Contains(t, g.Logs.String(), "has failed since")
+
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(first.Body), string(retry.Body), "the answer given then, byte for byte")
+	again := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, again.StatusCode, string(again.Body))
+	require.EqualValues(t, 0, g.Get(m, "/v1/payments/"+id).JSON(t)["amount_refunded"], "given back once")
+
+	anew := refundOf(g, m, id, "r2", map[string]any{"amount": 5000})
+	require.Equal(t, http.StatusCreated, anew.StatusCode, "the whole amount can be refunded again: %s", anew.Body)
+}

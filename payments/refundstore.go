@@ -136,6 +136,27 @@ func (s *Store) finishRefund(ctx context.Context, tx *gorm.DB, merchantID, id st
 	return res.RowsAffected == 1, nil
 }
 
+// succeededRefund returns the payment's succeeded refund under the
+// provider reference, for a provider's event about it; ErrNotFound when
+// there is none.
+func (s *Store) succeededRefund(ctx context.Context, merchantID, paymentID, reference string) (Refund, error) {
+	var r Refund
+	err := s.exec(ctx, nil).Where("merchant_id = ? AND payment_id = ? AND provider_reference = ? AND status = ?",
+		merchantID, paymentID, reference, RefundSucceeded).Take(&r).Error
+	return r, interpret("succeeded refund", err)
+}
+
+// failSucceededRefund moves a succeeded refund to f (failed); ok is false,
+// with nothing written, when it is no longer succeeded.
+func (s *Store) failSucceededRefund(ctx context.Context, tx *gorm.DB, merchantID, id string, f refundParams) (ok bool, err error) {
+	res := s.exec(ctx, tx).Model(&Refund{}).Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, RefundSucceeded).
+		Updates(map[string]any{"status": f.Status, "failure_code": f.FailureCode, "failure_message": f.FailureMessage, "updated_at": f.At})
+	if res.Error != nil {
+		return false, interpret("fail succeeded refund", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
 // releasedRefunds returns a payment's refunds released as not_processed,
 // for a provider's refund event: the refund may have landed after all.
 func (s *Store) releasedRefunds(ctx context.Context, merchantID, paymentID string) ([]Refund, error) {

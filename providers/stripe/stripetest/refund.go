@@ -97,6 +97,25 @@ func (s *Server) SettleRefund(reference string, outcome providers.Outcome) error
 	return nil
 }
 
+// FailRefund fails a succeeded refund after the fact, as Stripe does when
+// the customer's card or account has closed since (failure_reason
+// "expired_or_canceled_card"): the money goes back to the merchant's
+// balance, and Stripe sends refund.updated.
+func (s *Server) FailRefund(reference string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.findRefund(reference)
+	switch {
+	case r == nil:
+		return fmt.Errorf("stripetest: no refund %q", reference)
+	case r.Status != "succeeded":
+		return fmt.Errorf("stripetest: refund %q is %s, not succeeded", reference, r.Status)
+	}
+	reason := "expired_or_canceled_card"
+	r.Status, r.FailureReason = "failed", &reason
+	return nil
+}
+
 // RefundWebhook returns a refund.updated event for the refund carrying our
 // refund reference (data.object is the Refund, with its metadata), signed
 // with WebhookSecret at time now.
