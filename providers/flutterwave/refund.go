@@ -155,7 +155,11 @@ func (p *Provider) Refund(ctx context.Context, req providers.RefundRequest) (pro
 			return providers.RefundResult{}, fmt.Errorf("%s: %w: answer without a refund status", Name, providers.ErrUnknown)
 		}
 		return refundResult(r), nil
-	case resp.Status >= 400 && resp.Status < 500 && decodeErr == nil && env.Status == "error":
+	case resp.Status >= 400 && resp.Status < 500 && decodeErr == nil && env.Status == "error" &&
+		// Not a refusal of this refund, whatever its words ("no more than
+		// 10 refund requests a minute"): a request that timed out or
+		// conflicted, or a rate limit, says nothing final about it.
+		resp.Status != http.StatusRequestTimeout && resp.Status != http.StatusConflict && resp.Status != http.StatusTooManyRequests:
 		if strings.Contains(strings.ToLower(env.Message), "no transaction was found") {
 			return wire.RefundFailed("", wire.RefundNoCharge), nil
 		}

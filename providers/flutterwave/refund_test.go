@@ -80,6 +80,7 @@ func TestRefundAnswers(t *testing.T) {
 		{"NoTransaction", 400, `{"status":"error","message":"No transaction was found for this id","data":null}`, "no_charge", nil},
 		{"InsufficientBalance", 400, `{"status":"error","message":"Insufficient balance to process this refund","data":null}`, "insufficient_balance", nil},
 		{"OtherBadRequest", 400, `{"status":"error","message":"amount is required","data":null}`, "", providers.ErrNotCharged},
+		{"RateLimitedInRefundWords", 429, `{"status":"error","message":"You cannot make more than 10 refund requests per minute","data":null}`, "", providers.ErrNotCharged},
 		{"Unauthorized", 401, `{"status":"error","message":"Authorization required","data":null}`, "", providers.ErrNotCharged},
 		{"GatewayTimeout", 503, `{"status":"error","message":"An error occurred. Please contact support","data":null}`, "", providers.ErrUnknown},
 		{"OKButError", 200, `{"status":"error","message":"?","data":null}`, "", providers.ErrUnknown},
