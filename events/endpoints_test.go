@@ -90,6 +90,9 @@ func TestEndpointsAPI(t *testing.T) {
 		require.NotEqual(t, secret, rotated.JSON(t)["secret"])
 		rotatedAgain := g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", nil, auth(m, "Idempotency-Key", "rot-1")...)
 		require.Equal(t, string(rotated.Body), string(rotatedAgain.Body), "a retried rotation replays the secret it made")
+		withObject := g.Do("POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", []byte(`{}`),
+			auth(m, "Idempotency-Key", "rot-1", "Content-Type", "application/json")...)
+		require.Equal(t, string(rotated.Body), string(withObject.Body), "no body and {} are the same request: the same replay")
 		require.Equal(t, "no-store", rotated.Header.Get("Cache-Control"))
 		require.Equal(t, "no-store", rotatedAgain.Header.Get("Cache-Control"))
 		require.NoError(t, g.App.DB().Raw("SELECT response FROM idempotency_keys WHERE merchant_id = ? AND key = 'rot-1'", m.ID).

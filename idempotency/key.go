@@ -95,7 +95,15 @@ func validKey(k string) bool {
 // escapes sends the same request, and any changed value is another one.
 // A body that is not JSON (it will fail validation) is hashed as sent, and
 // a marker keeps the two forms from ever colliding.
+//
+// No body at all is the empty object: the routes that take no body take
+// `{}` as well (a client library may send either), and must see a retry
+// that sends the other as the same request. Every route that takes a body
+// refuses an empty one, so nothing else changes.
 func Fingerprint(method, route string, body []byte) string {
+	if len(body) == 0 {
+		body = emptyObject
+	}
 	form := "raw"
 	if c, err := reqjson.Canonical(body); err == nil {
 		form, body = "jcs", c
@@ -107,9 +115,15 @@ func Fingerprint(method, route string, body []byte) string {
 // the request whose Fingerprint is hash. Keys stored before fingerprints
 // were canonical hold the hash of the raw body (LegacyFingerprint): a
 // byte-identical retry of such a key is still the same request.
+//
+// A key stored before an empty body fingerprinted as `{}` holds the raw
+// hash of no body: a retry that again sends none is the same request.
 func SameRequest(stored, hash, method, route string, body []byte) bool {
-	return stored == hash || stored == LegacyFingerprint(method, route, body)
+	return stored == hash || stored == LegacyFingerprint(method, route, body) ||
+		(len(body) == 0 && stored == digest("raw", method, route, nil))
 }
+
+var emptyObject = []byte("{}")
 
 // LegacyFingerprint is Fingerprint as it was before canonical bodies: the
 // hash of the raw body, which keys and payments of those versions hold.

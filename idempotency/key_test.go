@@ -1,6 +1,9 @@
 package idempotency_test
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -67,6 +70,31 @@ func TestFingerprint(t *testing.T) {
 	} {
 		require.NotEqual(t, base, other, name)
 	}
+}
+
+// No body is the empty object: a route that takes none takes `{}` as
+// well, and a retry sending the other is the same request — also for a key
+// stored when no body hashed raw.
+func TestNoBodyIsTheEmptyObject(t *testing.T) {
+	t.Parallel()
+	route := "/v1/webhook_endpoints/{id}/rotate_secret"
+	none := idempotency.Fingerprint("POST", route, nil)
+	require.Equal(t, none, idempotency.Fingerprint("POST", route, []byte(`{}`)))
+	require.Equal(t, none, idempotency.Fingerprint("POST", route, []byte(` { } `)))
+	require.NotEqual(t, none, idempotency.Fingerprint("POST", route, []byte(`{"a":1}`)))
+	require.NotEqual(t, none, idempotency.Fingerprint("POST", route, []byte(`null`)))
+
+	// The raw hash of no body, as keys stored before hold it: "raw", then
+	// the method, the route and the (empty) body, each after its length.
+	h := sha256.New()
+	h.Write([]byte("raw"))
+	for _, part := range []string{"POST", route, ""} {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(part)))
+		h.Write([]byte(part))
+	}
+	stored := hex.EncodeToString(h.Sum(nil))
+	require.True(t, idempotency.SameRequest(stored, none, "POST", route, nil), "an old key, retried with no body again")
+	require.True(t, idempotency.SameRequest(none, idempotency.Fingerprint("POST", route, []byte(`{}`)), "POST", route, []byte(`{}`)))
 }
 
 func FuzzNormalizeKey(f *testing.F) {
