@@ -169,6 +169,15 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 		existing, err := s.store.RefundByKey(ctx, tx, merchantID, claim.Key)
 		switch {
 		case errors.Is(err, ErrNotFound):
+			// A key a payment holds is that payment's request for good:
+			// its key's stored answer purged (KEY_TTL), the key is claimed
+			// afresh here, and a refund made under it would leave the
+			// payment's own retry a 422 instead of the ledger's answer.
+			if _, err := s.store.GetByKey(ctx, tx, merchantID, claim.Key); err == nil {
+				return errMismatch
+			} else if !errors.Is(err, ErrNotFound) {
+				return err
+			}
 			return s.newRefund(ctx, tx, claim, merchantID, paymentID, in, &r)
 		case err != nil:
 			return err

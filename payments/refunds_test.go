@@ -529,15 +529,19 @@ func TestRefundRetriedAfterARelease(t *testing.T) {
 			g := apptest.Start(t)
 			m := g.Onboard(nil)
 			id := paid(t, g, m, "p", 5000)
+			first := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
+			require.Equal(t, http.StatusServiceUnavailable, first.StatusCode, string(first.Body))
 			if tc.purgedPayment {
+				// The released key string taken by a payment, whose answer
+				// is then purged. (A refund is no longer made under a key
+				// a payment holds — TestAPurgedPaymentsKeyMakesNoRefund —
+				// but a payment can still take a released refund's.)
 				paid(t, g, m, "k", 700)
 				ageKeys(t, g, 100*time.Hour)
 				n, err := g.App.Keys.PurgeDone(context.Background(), 72*time.Hour, 0)
 				require.NoError(t, err)
 				require.EqualValues(t, 2, n)
 			}
-			first := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_unavailable"})
-			require.Equal(t, http.StatusServiceUnavailable, first.StatusCode, string(first.Body))
 			lost := refundOf(g, m, id, "k", map[string]any{"amount": 1000, "reason": "sim_timeout"})
 			require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
 			require.Equal(t, 1, simRefunds(t, g, m.ID, "k"), "the provider refunded")
@@ -1495,4 +1499,34 @@ func TestARefundThatFailsAfterSucceedingGivesItsAmountBack(t *testing.T) {
 
 	anew := refundOf(g, m, id, "r2", map[string]any{"amount": 5000})
 	require.Equal(t, http.StatusCreated, anew.StatusCode, "the whole amount can be refunded again: %s", anew.Body)
+}
+
+// A key a payment holds stays that payment's once its stored answer is
+// purged (KEY_TTL): a refund sent under it is 422, as it was before the
+// purge, and nothing is refunded; the payment's own retry is still
+// answered from the ledger, never 422.
+func TestAPurgedPaymentsKeyMakesNoRefund(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	b := body("sim_success")
+	first := g.Pay(m, "shared", b)
+	require.Equal(t, http.StatusCreated, first.StatusCode, string(first.Body))
+	id := first.JSON(t)["id"].(string)
+	before := refundOf(g, m, id, "shared", map[string]any{"amount": 100})
+	require.Equal(t, http.StatusUnprocessableEntity, before.StatusCode, string(before.Body))
+
+	ageKeys(t, g, 100*time.Hour)
+	n, err := g.App.Keys.PurgeDone(context.Background(), 72*time.Hour, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	after := refundOf(g, m, id, "shared", map[string]any{"amount": 100})
+	require.Equal(t, http.StatusUnprocessableEntity, after.StatusCode, string(after.Body))
+	require.Equal(t, "idempotency_key_mismatch", after.Code(t))
+	require.EqualValues(t, 0, amountRefunded(t, g, m, id), "nothing refunded")
+	retry := g.Pay(m, "shared", b)
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, id, retry.JSON(t)["id"])
 }
