@@ -569,10 +569,15 @@ func TestAStatementWhoseCallerLeftIsNotRun(t *testing.T) {
 // Value runs when pgx encodes it, in a lane.
 type valuer struct {
 	reading, release chan struct{}
+	once             *sync.Once // Value may run again: a batch rolled back runs its statements again alone
+}
+
+func newValuer() valuer {
+	return valuer{make(chan struct{}), make(chan struct{}), new(sync.Once)}
 }
 
 func (v valuer) Value() (driver.Value, error) {
-	close(v.reading)
+	v.once.Do(func() { close(v.reading) })
 	<-v.release
 	return "read", nil
 }
@@ -603,21 +608,28 @@ func TestALeavingCallerWaitsOutTheEncodingOfItsArguments(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		close(v.release)
-		require.ErrorIs(t, <-ended, context.Canceled, name)
+		// Told the outcome is unknown — or, where the statement's own
+		// answer came as the caller left (on a busy machine the lane can
+		// be first, and a batch rolled back runs it again alone), that
+		// answer: done, or the server's refusal of the key 'read' taken.
+		if err := <-ended; err != nil && !errors.Is(err, context.Canceled) {
+			var pg *pgconn.PgError
+			require.ErrorAs(t, err, &pg, name)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	alone := valuer{make(chan struct{}), make(chan struct{})}
+	alone := newValuer()
 	leave("alone", alone, cancel, send(ctx, alone))
 
 	// The lane is busy encoding first's argument while second and third
 	// queue; they go together next, and second's caller leaves during
 	// that batch's encoding.
-	first := valuer{make(chan struct{}), make(chan struct{})}
+	first := newValuer()
 	firstEnded := send(context.Background(), first)
 	<-first.reading
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	second := valuer{make(chan struct{}), make(chan struct{})}
+	second := newValuer()
 	secondEnded := send(ctx2, second)
 	third := make(chan error, 1)
 	go func() { _, err := db.Exec(`INSERT INTO t (k) VALUES ('third')`); third <- err }()
