@@ -146,9 +146,10 @@ func Middleware(cfg Config) fiber.Handler {
 // what the handler answered (the 409 of a lost claim), reads the key and
 // answers as Middleware would have from that read: the replay, 422, 409,
 // or a takeover, for which it runs the handler again with the durable
-// claim. So an invalid body is answered 400 even under a known key: the
-// handler validates before its first write, and a body it refuses touches
-// no row. Without Hold, Guard is Middleware.
+// claim. A body the handler refuses touches no row (it validates before
+// its first write); under a known key the guard reads the key and answers
+// from it — 422, or the replay of a body that means the same — as
+// Middleware would. Without Hold, Guard is Middleware.
 func Guard(cfg Config) func(next fiber.Handler) fiber.Handler {
 	g := newGuard(cfg)
 	return func(next fiber.Handler) fiber.Handler {
