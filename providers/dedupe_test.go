@@ -10,42 +10,27 @@ import (
 	"github.com/oncepay/gateway/providers/stripe"
 )
 
-// Which providers make one refund of a reference however often it is
-// sent (shared/providers.md): the gateway re-sends refunds at once only
-// to those (payments.refundReleaseAfter).
-func TestWhichProvidersDedupeRefunds(t *testing.T) {
+// Which providers make one refund, and one charge, of a reference
+// however often it is sent (shared/providers.md): the gateway re-sends a
+// refund at once only to those (payments.refundReleaseAfter), and a charge
+// whose outcome is unknown only to those (payments.Service.Create); any
+// other is asked first.
+func TestWhichProvidersDedupe(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		p       providers.Provider
-		dedupes bool
+		name             string
+		p                providers.Provider
+		refunds, charges bool
 	}{
-		{"stripe", (*stripe.Provider)(nil), true},
-		{"simulator", (*simulator.Simulator)(nil), true},
-		{"paystack", (*paystack.Provider)(nil), false},
-		{"flutterwave", (*flutterwave.Provider)(nil), false},
+		{"stripe", (*stripe.Provider)(nil), true, true},
+		{"simulator", (*simulator.Simulator)(nil), true, true},
+		{"paystack", (*paystack.Provider)(nil), false, true},
+		{"flutterwave", (*flutterwave.Provider)(nil), false, false},
 	} {
-		if got := providers.DedupesRefunds(tc.p); got != tc.dedupes {
-			t.Errorf("%s: DedupesRefunds = %v, want %v", tc.name, got, tc.dedupes)
+		if got := providers.DedupesRefunds(tc.p); got != tc.refunds {
+			t.Errorf("%s: DedupesRefunds = %v, want %v", tc.name, got, tc.refunds)
 		}
-	}
-}
-
-// Which providers make one charge of a reference however often it is sent:
-// the gateway re-sends a charge whose outcome is unknown only to those;
-// any other is asked first (payments.Service.Create).
-func TestWhichProvidersDedupeCharges(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		p       providers.Provider
-		dedupes bool
-	}{
-		{"stripe", (*stripe.Provider)(nil), true},
-		{"simulator", (*simulator.Simulator)(nil), true},
-		{"paystack", (*paystack.Provider)(nil), true},
-		{"flutterwave", (*flutterwave.Provider)(nil), false},
-	} {
-		if got := providers.DedupesCharges(tc.p); got != tc.dedupes {
-			t.Errorf("%s: DedupesCharges = %v, want %v", tc.name, got, tc.dedupes)
+		if got := providers.DedupesCharges(tc.p); got != tc.charges {
+			t.Errorf("%s: DedupesCharges = %v, want %v", tc.name, got, tc.charges)
 		}
 	}
 }
