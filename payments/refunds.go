@@ -730,7 +730,8 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 			settled++
 		}
 	}
-	if refundReference != "" {
+	if refundReference != "" && settled == 0 && deferred == 0 {
+		// Not one this event has just settled: that was looked up.
 		failed, err := s.refundFailedSince(ctx, p, refundReference)
 		if err != nil {
 			return settled, deferred, err
@@ -751,6 +752,15 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 // way, and a refund.failed event telling the merchant — in one
 // transaction, conditional on it still being succeeded. The key's stored
 // answer stays what was answered then.
+//
+// Only the provider's refund the ledger recorded counts: a look-up by
+// reference can find another under it (a refund released and sent again),
+// and failing ours for that one's failure would give back an amount the
+// customer was refunded — a second refund could follow. A look-up that
+// cannot be made does not fail the event: it is a WARN (the provider's
+// next event about the refund, or a person, catches it), never a 503 the
+// provider would retry for days about a refund that is fine — the account
+// removed, say. The error is the database's only, which clears.
 func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference string) (failed bool, err error) {
 	r, err := s.store.succeededRefund(ctx, p.MerchantID, p.ID, reference)
 	if errors.Is(err, ErrNotFound) {
@@ -760,8 +770,18 @@ func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference st
 		return false, err
 	}
 	res, err := s.lookupRefund(ctx, &r)
-	if err != nil || res.Outcome != providers.OutcomeFailed {
-		return false, err
+	if err != nil {
+		s.cfg.Log.WarnContext(ctx, "refund event: could not look up the succeeded refund it names", "refund_id", r.ID, "err", err)
+		return false, nil
+	}
+	if res.Outcome != providers.OutcomeFailed {
+		return false, nil
+	}
+	if r.ProviderRefundID == "" || res.RefundID != r.ProviderRefundID {
+		s.cfg.Log.ErrorContext(ctx, "the provider has a failed refund under a succeeded refund's reference that is not the one recorded; the ledger is unchanged: check it at the provider",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+			"provider_refund_id", r.ProviderRefundID, "failed_provider_refund_id", res.RefundID)
+		return false, nil
 	}
 	f := refundParams{Status: RefundFailed, FailureCode: cmp.Or(res.FailureCode, "refund_failed"), FailureMessage: res.FailureMessage, At: s.now()}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

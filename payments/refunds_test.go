@@ -1530,3 +1530,42 @@ func TestAPurgedPaymentsKeyMakesNoRefund(t *testing.T) {
 	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, id, retry.JSON(t)["id"])
 }
+
+// The event naming a refund that is still succeeded changes nothing, and
+// a look-up that cannot be made does not fail it (a 503 would have the
+// provider retry it for days about a refund that is fine). A failed
+// refund under the reference that is not the one the ledger recorded (one
+// sent again) does not fail ours: an ERROR, the ledger unchanged.
+func TestRefundEventsAboutASucceededRefund(t *testing.T) {
+	t.Parallel()
+	st, g, m := stripeMerchant(t)
+	b := body(stripetest.TokenSuccess)
+	b["currency"] = "USD"
+	id := g.Pay(m, "p", b).JSON(t)["id"].(string)
+	first := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, "succeeded", first.JSON(t)["status"], string(first.Body))
+	ref := providers.RefundReference(m.ID, "r")
+	hook := "/v1/webhooks/stripe/" + m.ID
+
+	h, raw, err := st.RefundWebhook(ref, time.Now())
+	require.NoError(t, err)
+	ok := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, ok.StatusCode, string(ok.Body))
+	require.Equal(t, "final", ok.JSON(t)["status"], "still succeeded: nothing to do")
+
+	require.NoError(t, st.FailRefund(ref))
+	h, raw, err = st.RefundWebhook(ref, time.Now())
+	require.NoError(t, err)
+	st.FailNext(http.StatusInternalServerError)
+	down := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, down.StatusCode, "a look-up that cannot be made does not fail the event: %s", down.Body)
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
+
+	// The ledger recorded another provider refund than the one that failed.
+	require.NoError(t, g.App.DB().Exec(`UPDATE refunds SET provider_refund_id = 're_another' WHERE merchant_id = ?`, m.ID).Error)
+	other := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, other.StatusCode, string(other.Body))
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"], "not ours that failed")
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+	require.Contains(t, g.Logs.String(), "not the one recorded")
+}
