@@ -36,6 +36,20 @@ func (p *probe) ping(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer func() { <-p.turn }()
+	held := p.conn != nil && !p.conn.IsClosed()
+	err := p.once(ctx)
+	if err != nil && held && ctx.Err() == nil {
+		// The server may have ended a connection held since the last
+		// check (a failover, idle_session_timeout, a NAT's idle cut):
+		// that says nothing of the database. One new connection decides.
+		err = p.once(ctx)
+	}
+	return err
+}
+
+// once pings over the probe's connection, made first if it has none; a
+// connection that fails is closed.
+func (p *probe) once(ctx context.Context) error {
 	if p.conn == nil || p.conn.IsClosed() {
 		conn, err := pgx.ConnectConfig(ctx, p.cfg)
 		if err != nil {
