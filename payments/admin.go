@@ -152,7 +152,20 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment
 	told := false
 	res, err := s.lookup(ctx, &p)
 	another := errors.Is(err, providers.ErrReferenceConflict)
-	if err == nil {
+	if err == nil && res.Reversed {
+		// Charged and given back since (refunded at the provider's
+		// dashboard, charged back): final there, and never to settle. The
+		// merchant has no money for it, so "failed" is its answer, in
+		// review or not; "succeeded" would have it ship.
+		if r.Status == StatusSucceeded {
+			s.refused(ctx, audit.Change{Action: audit.PaymentResolutionRefused, TargetType: "payment", TargetID: p.ID,
+				TenantID: p.MerchantID, Before: resolvedView(p.View()), After: refusedView(string(r.Status), res), Note: r.Note})
+			return giveBack(problem.New(fiber.StatusConflict, "provider_disagrees",
+				"the provider reversed this charge (refunded at its dashboard, or charged back): resolve it as failed, and settle with the merchant").
+				With("provider_outcome", "reversed").With("provider_transaction_id", res.TransactionID))
+		}
+		f.TransactionID, told = res.TransactionID, true
+	} else if err == nil {
 		if contradicts(res.Outcome, res.TransactionID, r.Status == StatusSucceeded, p.Status == StatusRequiresReview) {
 			s.refused(ctx, audit.Change{Action: audit.PaymentResolutionRefused, TargetType: "payment", TargetID: p.ID,
 				TenantID: p.MerchantID, Before: resolvedView(p.View()), After: refusedView(string(r.Status), res), Note: r.Note})

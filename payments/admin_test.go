@@ -832,3 +832,27 @@ func TestOperatorGetsARefundByID(t *testing.T) {
 	r := g.Do("GET", "/admin/v1/refunds/"+id, nil, "Authorization", "Bearer "+m.Token)
 	require.Equal(t, http.StatusUnauthorized, r.StatusCode)
 }
+
+// A charge the provider reversed (refunded at its dashboard, charged back)
+// is final there and never settles: an operator resolves it as failed — the
+// merchant has no money for it — and "succeeded" is refused with a detail
+// that says why; the failure is not watched.
+func TestAnOperatorResolvesAReversedChargeAsFailed(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	id := pendingInReview(t, g, m, "reversed")
+	ref := ledgerByKey(t, g, m.ID, "reversed").ProviderReference
+	require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
+	require.NoError(t, ps.Reverse(ref))
+
+	no := adminDo(g, "POST", "/admin/v1/payments/"+id+"/resolve", map[string]any{"status": "succeeded", "note": "the bank says paid"})
+	require.Equal(t, http.StatusConflict, no.StatusCode, string(no.Body))
+	require.Equal(t, "provider_disagrees", no.Code(t))
+	require.Contains(t, no.JSON(t)["detail"], "reversed")
+	require.Equal(t, "reversed", no.JSON(t)["provider_outcome"])
+
+	resolved(t, g, id, "failed", "reversed at Paystack")
+	p := ledgerByKey(t, g, m.ID, "reversed")
+	require.Equal(t, payments.StatusFailed, p.Status)
+	require.Nil(t, p.RecheckAt, "final at the provider: not watched")
+}
