@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -95,15 +96,7 @@ func validKey(k string) bool {
 // escapes sends the same request, and any changed value is another one.
 // A body that is not JSON (it will fail validation) is hashed as sent, and
 // a marker keeps the two forms from ever colliding.
-//
-// No body at all is the empty object: the routes that take no body take
-// `{}` as well (a client library may send either), and must see a retry
-// that sends the other as the same request. Every route that takes a body
-// refuses an empty one, so nothing else changes.
 func Fingerprint(method, route string, body []byte) string {
-	if len(body) == 0 {
-		body = emptyObject
-	}
 	form := "raw"
 	if c, err := reqjson.Canonical(body); err == nil {
 		form, body = "jcs", c
@@ -116,14 +109,28 @@ func Fingerprint(method, route string, body []byte) string {
 // were canonical hold the hash of the raw body (LegacyFingerprint): a
 // byte-identical retry of such a key is still the same request.
 //
-// A key stored before an empty body fingerprinted as `{}` holds the raw
-// hash of no body: a retry that again sends none is the same request.
+// No body at all and the empty object are the same request: the routes
+// that take no body take `{}` as well (a client library may send either),
+// and a retry that sends the other must be answered as the first was.
+// Each is still fingerprinted as it always was, so an instance of the
+// version before, during a rolling deploy, matches what this one stores.
 func SameRequest(stored, hash, method, route string, body []byte) bool {
-	return stored == hash || stored == LegacyFingerprint(method, route, body) ||
-		(len(body) == 0 && stored == digest("raw", method, route, nil))
+	if stored == hash || stored == LegacyFingerprint(method, route, body) {
+		return true
+	}
+	return empty(body) && (stored == digest("raw", method, route, nil) || stored == digest("jcs", method, route, emptyObject))
 }
 
 var emptyObject = []byte("{}")
+
+// empty reports whether body is none, or the empty object however spaced.
+func empty(body []byte) bool {
+	if len(body) == 0 {
+		return true
+	}
+	c, err := reqjson.Canonical(body)
+	return err == nil && bytes.Equal(c, emptyObject)
+}
 
 // LegacyFingerprint is Fingerprint as it was before canonical bodies: the
 // hash of the raw body, which keys and payments of those versions hold.
