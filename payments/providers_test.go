@@ -397,15 +397,17 @@ func TestFlutterwaveRetryAsksBeforeChargingAgain(t *testing.T) {
 }
 
 // TestAChargeAnsweredForAnotherAmountIsNotRecorded: the provider answers
-// the charge "success" but for another amount or currency than asked (a
+// the charge "success" but for less than asked or in another currency (a
 // partial capture, an FX conversion, a confused proxy). The payment is not
 // recorded as succeeded for the amount asked: it stays processing (202),
-// with an ERROR, for the sweeper and, past REVIEW_AFTER, a person.
+// with an ERROR, for the sweeper and, past REVIEW_AFTER, a person. More
+// than asked is the fees passed on to the customer: succeeded.
 func TestAChargeAnsweredForAnotherAmountIsNotRecorded(t *testing.T) {
 	t.Parallel()
 	for name, answer := range map[string]map[string]any{
-		"AnotherAmount":   {"amount": 100, "currency": "NGN"},
+		"LessThanAsked":   {"amount": 100, "currency": "NGN"},
 		"AnotherCurrency": {"amount": 5000, "currency": "GHS"},
+		"FeesPassedOn":    {"amount": 5075, "currency": "NGN"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -422,6 +424,12 @@ func TestAChargeAnsweredForAnotherAmountIsNotRecorded(t *testing.T) {
 			m := g.Onboard(map[string]any{"default_provider": "paystack",
 				"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
 			r := g.Pay(m, "other-amount", body(paystacktest.TokenSuccess)) // 5000 NGN asked
+			if name == "FeesPassedOn" {
+				require.Equal(t, http.StatusCreated, r.StatusCode, string(r.Body))
+				require.EqualValues(t, 5000, r.JSON(t)["amount"], "the payment's amount, what the merchant asked")
+				require.NotContains(t, g.Logs.String(), "for another amount or currency")
+				return
+			}
 			require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
 			require.Equal(t, "processing", r.JSON(t)["status"])
 			require.Contains(t, g.Logs.String(), "for another amount or currency")
