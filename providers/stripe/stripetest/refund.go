@@ -78,12 +78,9 @@ func (s *Server) findRefund(reference string) *refund {
 func (s *Server) SettleRefund(reference string, outcome providers.Outcome) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.findRefund(reference)
-	switch {
-	case r == nil:
-		return fmt.Errorf("stripetest: no refund %q", reference)
-	case r.Status != "pending":
-		return fmt.Errorf("stripetest: refund %q is %s, not pending", reference, r.Status)
+	r, err := s.refundIn(reference, "pending")
+	if err != nil {
+		return err
 	}
 	switch outcome {
 	case providers.OutcomeSucceeded:
@@ -104,16 +101,26 @@ func (s *Server) SettleRefund(reference string, outcome providers.Outcome) error
 func (s *Server) FailRefund(reference string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.findRefund(reference)
-	switch {
-	case r == nil:
-		return fmt.Errorf("stripetest: no refund %q", reference)
-	case r.Status != "succeeded":
-		return fmt.Errorf("stripetest: refund %q is %s, not succeeded", reference, r.Status)
+	r, err := s.refundIn(reference, "succeeded")
+	if err != nil {
+		return err
 	}
 	reason := "expired_or_canceled_card"
 	r.Status, r.FailureReason = "failed", &reason
 	return nil
+}
+
+// refundIn is the refund carrying our reference, which must be in status;
+// s.mu is held.
+func (s *Server) refundIn(reference, status string) (*refund, error) {
+	r := s.findRefund(reference)
+	switch {
+	case r == nil:
+		return nil, fmt.Errorf("stripetest: no refund %q", reference)
+	case r.Status != status:
+		return nil, fmt.Errorf("stripetest: refund %q is %s, not %s", reference, r.Status, status)
+	}
+	return r, nil
 }
 
 // RefundWebhook returns a refund.updated event for the refund carrying our
