@@ -397,17 +397,19 @@ func TestFlutterwaveRetryAsksBeforeChargingAgain(t *testing.T) {
 }
 
 // TestAChargeAnsweredForAnotherAmountIsNotRecorded: the provider answers
-// the charge "success" but for less than asked or in another currency (a
+// the charge "success" but for another amount or currency than asked (a
 // partial capture, an FX conversion, a confused proxy). The payment is not
 // recorded as succeeded for the amount asked: it stays processing (202),
-// with an ERROR, for the sweeper and, past REVIEW_AFTER, a person. More
-// than asked is the fees passed on to the customer: succeeded.
+// with an ERROR, for the sweeper and, past REVIEW_AFTER, a person — as a
+// lookup's answer would. Fees passed on to the customer are no other
+// amount: Paystack's requested_amount says what was asked.
 func TestAChargeAnsweredForAnotherAmountIsNotRecorded(t *testing.T) {
 	t.Parallel()
 	for name, answer := range map[string]map[string]any{
 		"LessThanAsked":   {"amount": 100, "currency": "NGN"},
+		"MoreThanAsked":   {"amount": 9000, "currency": "NGN"},
 		"AnotherCurrency": {"amount": 5000, "currency": "GHS"},
-		"FeesPassedOn":    {"amount": 5075, "currency": "NGN"},
+		"FeesPassedOn":    {"amount": 5075, "requested_amount": 5000, "currency": "NGN"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

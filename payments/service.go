@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -225,16 +224,15 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	}
 	failpoint.Hit("before_charge")
 	res, err := s.charge(cctx, prov, &p)
-	if err == nil && res.Outcome == providers.OutcomeSucceeded &&
-		(!strings.EqualFold(res.Currency, p.Currency) || res.Amount < p.Amount) {
-		// A success in another currency or for less than asked (a partial
-		// capture, an FX conversion, a confused proxy) is not this
-		// payment's: it stays processing and goes to review (ours),
-		// instead of being recorded as the amount asked for. More than
-		// asked is the fees a merchant passes on to its customers
-		// (Paystack's amount, where its answer has no requested_amount;
-		// Flutterwave's guidance: amount at least the expected). A decline
-		// moved no money, and Stripe's carries no amount to compare.
+	if err == nil && res.Outcome == providers.OutcomeSucceeded {
+		// A success for another amount or currency (a partial capture, an
+		// FX conversion, a confused proxy) is not this payment's: it stays
+		// processing and goes to review (ours), judged as a lookup's and a
+		// duplicate's answer are, instead of being recorded as the amount
+		// asked for. (Fees a merchant passes on are no other amount: the
+		// Paystack adapter reads what was asked from requested_amount,
+		// which its transaction objects carry.) A decline moved no money,
+		// and Stripe's carries no amount to compare.
 		res, err = s.ours(ctx, &p, res, nil)
 	}
 	failpoint.Hit("after_charge")
