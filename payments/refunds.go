@@ -756,11 +756,12 @@ func (s *Service) settleRefundsOf(ctx context.Context, p Payment, refundReferenc
 // Only the provider's refund the ledger recorded counts: a look-up by
 // reference can find another under it (a refund released and sent again),
 // and failing ours for that one's failure would give back an amount the
-// customer was refunded — a second refund could follow. A look-up that
-// cannot be made does not fail the event: it is a WARN (the provider's
-// next event about the refund, or a person, catches it), never a 503 the
-// provider would retry for days about a refund that is fine — the account
-// removed, say. The error is the database's only, which clears.
+// customer was refunded — a second refund could follow.
+//
+// This event may be the only word of the failure (nothing looks at a
+// succeeded refund again), so a look-up that cannot be made fails it, for
+// the provider to send it again — but for a merchant's provider account
+// removed since, which no retry changes: a WARN.
 func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference string) (failed bool, err error) {
 	r, err := s.store.succeededRefund(ctx, p.MerchantID, p.ID, reference)
 	if errors.Is(err, ErrNotFound) {
@@ -770,9 +771,13 @@ func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference st
 		return false, err
 	}
 	res, err := s.lookupRefund(ctx, &r)
-	if err != nil {
-		s.cfg.Log.WarnContext(ctx, "refund event: could not look up the succeeded refund it names", "refund_id", r.ID, "err", err)
+	if errors.Is(err, providers.ErrUnknownProvider) {
+		s.cfg.Log.WarnContext(ctx, "refund event: the merchant has no account with the refund's provider any more; the refund it names is not looked up",
+			"refund_id", r.ID, "provider", r.Provider)
 		return false, nil
+	}
+	if err != nil {
+		return false, err
 	}
 	if res.Outcome != providers.OutcomeFailed {
 		return false, nil

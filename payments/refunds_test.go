@@ -1531,11 +1531,11 @@ func TestAPurgedPaymentsKeyMakesNoRefund(t *testing.T) {
 	require.Equal(t, id, retry.JSON(t)["id"])
 }
 
-// The event naming a refund that is still succeeded changes nothing, and
-// a look-up that cannot be made does not fail it (a 503 would have the
-// provider retry it for days about a refund that is fine). A failed
-// refund under the reference that is not the one the ledger recorded (one
-// sent again) does not fail ours: an ERROR, the ledger unchanged.
+// The event naming a refund that is still succeeded changes nothing. One
+// whose look-up cannot be made is a 503 — it may be the only word of a
+// failure — and its redelivery records it. A failed refund under the
+// reference that is not the one the ledger recorded (one sent again) does
+// not fail ours: an ERROR, the ledger unchanged.
 func TestRefundEventsAboutASucceededRefund(t *testing.T) {
 	t.Parallel()
 	st, g, m := stripeMerchant(t)
@@ -1558,14 +1558,23 @@ func TestRefundEventsAboutASucceededRefund(t *testing.T) {
 	require.NoError(t, err)
 	st.FailNext(http.StatusInternalServerError)
 	down := g.Do("POST", hook, raw, headerPairs(h)...)
-	require.Equal(t, http.StatusOK, down.StatusCode, "a look-up that cannot be made does not fail the event: %s", down.Body)
+	require.Equal(t, http.StatusServiceUnavailable, down.StatusCode, "the provider must send it again: %s", down.Body)
 	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
 
 	// The ledger recorded another provider refund than the one that failed.
+	recorded := ""
+	require.NoError(t, g.App.DB().Raw(`SELECT provider_refund_id FROM refunds WHERE merchant_id = ?`, m.ID).Scan(&recorded).Error)
 	require.NoError(t, g.App.DB().Exec(`UPDATE refunds SET provider_refund_id = 're_another' WHERE merchant_id = ?`, m.ID).Error)
 	other := g.Do("POST", hook, raw, headerPairs(h)...)
 	require.Equal(t, http.StatusOK, other.StatusCode, string(other.Body))
 	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"], "not ours that failed")
 	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
 	require.Contains(t, g.Logs.String(), "not the one recorded")
+
+	// The redelivery, the recorded refund being the one that failed.
+	require.NoError(t, g.App.DB().Exec(`UPDATE refunds SET provider_refund_id = ? WHERE merchant_id = ?`, recorded, m.ID).Error)
+	again := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, again.StatusCode, string(again.Body))
+	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
+	require.EqualValues(t, 0, amountRefunded(t, g, m, id))
 }
