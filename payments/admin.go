@@ -108,6 +108,25 @@ func providerDisagrees(outcome providers.Outcome, idField, id, failureCode strin
 // rules the decision out (contradicts), nothing changes (409
 // provider_disagrees).
 func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Payment, error) {
+	p, err := s.resolve(ctx, id, r)
+	if pr, ok := problem.As(err); ok && pr.Code != "provider_disagrees" && p.ID != "" {
+		// Refused for the payment's state (final, being worked on, the
+		// provider unreachable): an operator acted all the same, and every
+		// operator action is audited. provider_disagrees records its own,
+		// with the provider's answer.
+		s.refused(ctx, audit.Change{Action: audit.PaymentResolutionRefused, TargetType: "payment", TargetID: p.ID,
+			TenantID: p.MerchantID, Before: resolvedView(p.View()), After: refusal(string(r.Status), pr), Note: r.Note})
+	}
+	return p, err
+}
+
+// refusal is what the audit log keeps of a resolution refused for the
+// state of its payment or refund: the decision, and the answer's code.
+func refusal(decision string, pr *problem.Problem) map[string]any {
+	return map[string]any{"decision": decision, "refused": pr.Code}
+}
+
+func (s *Service) resolve(ctx context.Context, id string, r Resolution) (Payment, error) {
 	p, err := s.store.getAny(ctx, id)
 	if err != nil {
 		return Payment{}, err
@@ -260,6 +279,16 @@ type RefundResolution struct {
 // answer and the audit event commit in one transaction, after the
 // provider is asked once more and does not rule the decision out.
 func (s *Service) ResolveRefund(ctx context.Context, id string, d RefundResolution) (Refund, error) {
+	r, err := s.resolveRefund(ctx, id, d)
+	if pr, ok := problem.As(err); ok && pr.Code != "provider_disagrees" && r.ID != "" {
+		// As for a payment (Resolve): audited, refused or not.
+		s.refused(ctx, audit.Change{Action: audit.RefundResolutionRefused, TargetType: "refund", TargetID: r.ID,
+			TenantID: r.MerchantID, Before: refundAuditView(&r), After: refusal(string(d.Status), pr), Note: d.Note})
+	}
+	return r, err
+}
+
+func (s *Service) resolveRefund(ctx context.Context, id string, d RefundResolution) (Refund, error) {
 	r, err := s.store.getRefundAny(ctx, id)
 	if err != nil {
 		return Refund{}, err

@@ -220,12 +220,18 @@ func TestOperatorDesk(t *testing.T) {
 		// Refused, and kept: an operator tried it.
 		tried := adminDo(g, "GET", "/admin/v1/audit-events?action=payment.resolution_refused&tenant_id="+a.ID, nil)
 		require.Equal(t, http.StatusOK, tried.StatusCode, string(tried.Body))
-		var refusal map[string]any
+		var refusal, busy map[string]any
 		for _, e := range tried.JSON(t)["data"].([]any) {
-			if e.(map[string]any)["target_id"] == id {
-				refusal = e.(map[string]any)
+			if e := e.(map[string]any); e["target_id"] == id {
+				if e["after"].(map[string]any)["refused"] == "payment_in_progress" {
+					busy = e
+				} else {
+					refusal = e
+				}
 			}
 		}
+		require.NotNil(t, busy, "refused for a recent attempt, and audited all the same: %s", tried.Body)
+		require.Equal(t, "failed", busy["after"].(map[string]any)["decision"])
 		require.NotNil(t, refusal, string(tried.Body))
 		require.Equal(t, "looks lost", refusal["note"])
 		require.Equal(t, "processing", refusal["before"].(map[string]any)["status"])
@@ -431,6 +437,14 @@ func refundReview(t *testing.T, g *apptest.Gateway) {
 	require.Equal(t, "failed", refusal["after"].(map[string]any)["decision"])
 	require.Equal(t, "pending", refusal["after"].(map[string]any)["provider_outcome"])
 	require.Equal(t, "requires_review", refusal["before"].(map[string]any)["status"])
+	// And the resolution refused as final is audited too (twice, above).
+	finalRefused := 0
+	for _, e := range adminDo(g, "GET", "/admin/v1/audit-events?action=refund.resolution_refused&tenant_id="+m.ID, nil).JSON(t)["data"].([]any) {
+		if e := e.(map[string]any); e["target_id"] == flagID && e["after"].(map[string]any)["refused"] == "refund_final" {
+			finalRefused++
+		}
+	}
+	require.Equal(t, 1, finalRefused, "a resolution refused for the refund's state is audited")
 
 	// The provider has refunded the late one by now: failing it is refused.
 	dbtest.Age(t, g.App.DB(), time.Hour, "simulator_refunds", "settle_at")
