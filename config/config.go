@@ -381,6 +381,16 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if u := c.Database.URL.Reveal(); u != "" && !c.Database.Postgres() {
 		r.fail("DATABASE_URL", "must be a postgres:// URL (leave it unset for the embedded SQLite store)")
 	}
+	// Bounds that keep a typo from starting a gateway that cannot work: a
+	// 1ns SWEEP_INTERVAL spun a core, never swept and ignored SIGTERM; a
+	// 1ns PROVIDER_TIMEOUT failed every charge; a TOKEN_TTL out of the
+	// tenants' range failed the start after the migrations had run.
+	r.within("TOKEN_TTL", c.Auth.TokenTTL, time.Minute, 24*time.Hour)
+	r.within("PROVIDER_TIMEOUT", c.Provider.Timeout, time.Second, 5*time.Minute)
+	r.within("SIMULATOR_LATENCY", c.Provider.SimulatorLatency, 0, time.Minute)
+	r.within("SWEEP_INTERVAL", c.Schedule.SweepInterval, 100*time.Millisecond, 24*time.Hour)
+	r.within("KEY_TTL", c.Schedule.KeyTTL, time.Hour, 366*24*time.Hour)
+	r.within("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Second, 10*time.Minute)
 	if c.Payments.Lease <= c.Provider.Timeout {
 		r.fail("IDEMPOTENCY_LEASE", "(%s) must exceed PROVIDER_TIMEOUT (%s), or a retry could take over a request still waiting on the provider", c.Payments.Lease, c.Provider.Timeout)
 	}
@@ -617,6 +627,13 @@ func (r *reader) dur(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// within refuses d, name's value, outside [min, max].
+func (r *reader) within(name string, d, min, max time.Duration) {
+	if d < min || d > max {
+		r.fail(name, "must be between %s and %s, got %s", min, max, d)
+	}
 }
 
 func (r *reader) durZero(name string, def time.Duration) time.Duration {
