@@ -68,6 +68,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/oncepay/gateway/app"
@@ -226,9 +227,27 @@ func reseal() error {
 	return nil
 }
 
+// sharedStoreSecrets refuses to serve a PostgreSQL database with secrets
+// development generated: they are this instance's own (its DATA_DIR's), so
+// a second instance on the database could open none of the first's sealed
+// provider secrets nor accept its tokens — the mark of a deployment that
+// forgot GATEWAY_ENV=production, whose admin key would be printed to the
+// log collector besides.
+func sharedStoreSecrets(cfg config.Config) error {
+	if !cfg.Database.Postgres() || len(cfg.Secrets.Generated) == 0 {
+		return nil
+	}
+	return fmt.Errorf("DATABASE_URL is a PostgreSQL database, which instances share, but %s were generated for this instance alone: "+
+		"set them in the environment (and GATEWAY_ENV=production for a deployment), or leave DATABASE_URL unset for the embedded store",
+		strings.Join(cfg.Secrets.Generated, ", "))
+}
+
 func serve() error {
 	cfg, log, err := load()
 	if err != nil {
+		return err
+	}
+	if err := sharedStoreSecrets(cfg); err != nil {
 		return err
 	}
 	if len(cfg.Secrets.Generated) > 0 {

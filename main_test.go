@@ -65,3 +65,30 @@ func TestJSONLogs(t *testing.T) {
 	require.Equal(t, "serve", stop["command"])
 	require.Contains(t, stop["err"], "connection refused")
 }
+
+// A PostgreSQL database with development's generated secrets is refused
+// before anything starts: those secrets are one instance's, and a second
+// instance on the database could open nothing of the first's.
+func TestSharedStoreNeedsItsSecrets(t *testing.T) {
+	t.Setenv("DATA_DIR", t.TempDir())
+	t.Setenv("LOG_LEVEL", "error")
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	cfg, err := config.Load()
+	require.NoError(t, err)
+	err = sharedStoreSecrets(cfg)
+	require.ErrorContains(t, err, "ADMIN_API_KEY")
+	require.NotContains(t, err.Error(), cfg.Secrets.AdminAPIKey.Reveal(), "never the generated key itself")
+
+	t.Setenv("ADMIN_API_KEY", "admin-key-0123456789")
+	t.Setenv("JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("MASTER_KEY", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
+	cfg, err = config.Load()
+	require.NoError(t, err)
+	require.NoError(t, sharedStoreSecrets(cfg), "secrets given")
+
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("ADMIN_API_KEY", "")
+	cfg, err = config.Load()
+	require.NoError(t, err)
+	require.NoError(t, sharedStoreSecrets(cfg), "the embedded store is one instance's anyway")
+}
