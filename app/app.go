@@ -177,6 +177,11 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	reg := providers.NewRegistry()
 	if cfg.Provider.Simulator {
 		reg.Register(simulator.Name, nil, a.Sim.Constructor())
+		if cfg.Production() {
+			// Said at every start: a tenant on it gets succeeded payments
+			// with no money behind them.
+			log.Warn("the simulator provider is on in production (SIMULATOR_ENABLED=true): its payments move no money; turn it off outside a staging load test")
+		}
 	} else {
 		log.Info("the simulator provider is off (SIMULATOR_ENABLED=false, the default in production): tenants use real providers only")
 	}

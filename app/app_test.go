@@ -210,6 +210,15 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// Turned on in production (a staging load test), the simulator is a WARN
+// at every start: its payments move no money.
+func TestTheSimulatorOnInProductionIsAWarning(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t, apptest.Env("GATEWAY_ENV", "production"), apptest.Env("SIMULATOR_ENABLED", "true"))
+	require.Contains(t, g.Logs.String(), "the simulator provider is on in production")
+	require.Contains(t, g.Logs.String(), `"level":"WARN"`)
+}
+
 // With SIMULATOR_ENABLED=false (production's default) no tenant can use
 // the simulator: it would record succeeded payments, and send signed
 // payment.succeeded events, with no money behind them.
