@@ -443,6 +443,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		if masterRaw == "" {
 			r.fail("MASTER_KEY", "is required in production")
 		}
+		if c.Database.URL == "" {
+			// The embedded store is one instance's file: replicas would
+			// each keep their own keys, and a retry reaching another one
+			// could charge again.
+			r.fail("DATABASE_URL", "is required in production (the embedded SQLite store is for a single development instance)")
+		}
 	} else if r.ok() && (c.Secrets.AdminAPIKey == "" || c.Secrets.JWTSecret == "" || masterRaw == "") {
 		if err := c.fillDevSecrets(&masterRaw); err != nil {
 			r.fail("DATA_DIR", "%v", err)

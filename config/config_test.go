@@ -78,16 +78,19 @@ func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
 	require.NotContains(t, third.Secrets.Generated, "ADMIN_API_KEY")
 }
 
+// prodDB is a production DATABASE_URL: production refuses the embedded store.
+const prodDB = "postgres://gateway@db.internal:5432/gateway"
+
 func TestProductionRefusesMissingSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := config.LoadFrom(env(map[string]string{"GATEWAY_ENV": "production", "DATA_DIR": t.TempDir()}))
 	require.Error(t, err)
-	for _, name := range []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY"} {
+	for _, name := range []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY", "DATABASE_URL"} {
 		require.Contains(t, err.Error(), name)
 	}
 	c, err := config.LoadFrom(env(map[string]string{
 		"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master,
+		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB,
 	}))
 	require.NoError(t, err)
 	require.Empty(t, c.Secrets.Generated)
@@ -98,7 +101,7 @@ func TestProductionRefusesMissingSecrets(t *testing.T) {
 func TestTheSimulatorIsOnOnlyWhereWanted(t *testing.T) {
 	t.Parallel()
 	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master}
+		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
 	staging := maps.Clone(prod)
 	staging["SIMULATOR_ENABLED"] = "true"
 	for _, tc := range []struct {
