@@ -324,7 +324,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		},
 		Limits: Limits{
 			RatePerSecond:  r.float("RATE_LIMIT_PER_SECOND", 100),
-			Burst:          r.int("RATE_LIMIT_BURST", 200, 0, 1000000),
+			Burst:          r.int("RATE_LIMIT_BURST", 200, 1, 1000000),
 			RedisURL:       Secret(r.str("REDIS_URL", "")),
 			RedisKeyPrefix: r.str("REDIS_KEY_PREFIX", "oncepay:"),
 		},
@@ -368,6 +368,18 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if a := c.Metrics.Addr; a != "" && c.Metrics.Enabled {
 		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
 			r.fail("METRICS_ADDR", "must be host:port or :port (like 127.0.0.1:9090), or unset")
+		} else if a == c.Addr {
+			r.fail("METRICS_ADDR", "is GATEWAY_ADDR itself; leave it unset to serve /metrics on the API's port")
+		}
+	}
+	if c.Production() {
+		// A provider's secret key goes in every request's header: never
+		// in the clear, but to this machine (a local proxy or fake).
+		for name, v := range map[string]string{"PAYSTACK_BASE_URL": c.Provider.PaystackBaseURL,
+			"FLUTTERWAVE_BASE_URL": c.Provider.FlutterwaveBaseURL, "STRIPE_BASE_URL": c.Provider.StripeBaseURL} {
+			if u, err := url.Parse(v); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+				r.fail(name, "must be https in production (http only to this machine), got %q", v)
+			}
 		}
 	}
 	if c.Log.Format != "json" && c.Log.Format != "text" {
@@ -469,8 +481,14 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if n := len(c.Secrets.JWTSecret); n > 0 && n < 32 {
 		r.fail("JWT_SECRET", "must be at least 32 bytes, got %d", n)
 	}
-	if n := len(c.Secrets.JWTSecretPrevious); n > 0 && n < 32 {
-		r.fail("JWT_SECRET_PREVIOUS", "must be at least 32 bytes, got %d", n)
+	switch prev := c.Secrets.JWTSecretPrevious; {
+	case prev == "":
+	case slices.Contains(c.Secrets.Generated, "JWT_SECRET"):
+		r.fail("JWT_SECRET_PREVIOUS", "needs JWT_SECRET set too: the new secret")
+	case len(prev) < 32:
+		r.fail("JWT_SECRET_PREVIOUS", "must be at least 32 bytes, got %d", len(prev))
+	case prev == c.Secrets.JWTSecret:
+		r.fail("JWT_SECRET_PREVIOUS", "is JWT_SECRET itself; set it to the secret being rotated out")
 	}
 	if masterRaw != "" {
 		key, err := decodeKey(masterRaw)
@@ -788,4 +806,13 @@ func validPort(s string) bool {
 	}
 	_, err := net.LookupPort("tcp", s)
 	return err == nil
+}
+
+// loopback reports whether host names this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -148,6 +148,10 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"SimulatorLatencyHuge", map[string]string{"SIMULATOR_LATENCY": "100000h"}, "SIMULATOR_LATENCY must be between"},
 		{"TokenTTLShort", map[string]string{"TOKEN_TTL": "30s"}, "TOKEN_TTL must be between 1m0s and 24h0m0s"},
 		{"TokenTTLLong", map[string]string{"TOKEN_TTL": "25h"}, "TOKEN_TTL must be between"},
+		{"PreviousJWTIsCurrent", map[string]string{"JWT_SECRET": jwt32, "JWT_SECRET_PREVIOUS": jwt32}, "JWT_SECRET_PREVIOUS is JWT_SECRET itself"},
+		{"PreviousJWTWithoutCurrent", map[string]string{"JWT_SECRET_PREVIOUS": jwt32}, "JWT_SECRET_PREVIOUS needs JWT_SECRET set too"},
+		{"MetricsOnTheAPIPort", map[string]string{"GATEWAY_ADDR": ":8080", "METRICS_ADDR": ":8080"}, "METRICS_ADDR is GATEWAY_ADDR itself"},
+		{"BurstZero", map[string]string{"RATE_LIMIT_BURST": "0"}, "RATE_LIMIT_BURST"},
 		{"BadCron", map[string]string{"PURGE_SCHEDULE": "nightly"}, "PURGE_SCHEDULE"},
 		{"MySQLURL", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL must be a postgres"},
 		{"BadBaseURL", map[string]string{"PAYSTACK_BASE_URL": "ftp:/x"}, "PAYSTACK_BASE_URL"},
@@ -312,4 +316,28 @@ func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, -90*time.Second, c.ClockSkew)
 	require.WithinDuration(t, time.Now().Add(-90*time.Second), c.Now(), 5*time.Second)
+}
+
+// In production a provider's base URL is https (its secret key goes in
+// every request), but to this machine (a local proxy, a fake).
+func TestProductionProviderURLsAreHTTPS(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
+	for url, ok := range map[string]bool{
+		"https://api.paystack.co": true, "http://127.0.0.1:9999": true, "http://localhost:9999": true,
+		"http://api.paystack.co": false, "http://10.0.0.5": false,
+	} {
+		e := maps.Clone(prod)
+		e["PAYSTACK_BASE_URL"] = url
+		_, err := config.LoadFrom(env(e))
+		if ok {
+			require.NoError(t, err, url)
+		} else {
+			require.ErrorContains(t, err, "PAYSTACK_BASE_URL must be https in production", url)
+		}
+	}
+	dev := map[string]string{"DATA_DIR": t.TempDir(), "PAYSTACK_BASE_URL": "http://api.paystack.co"}
+	_, err := config.LoadFrom(env(dev))
+	require.NoError(t, err, "development takes what it is given")
 }
