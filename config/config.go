@@ -398,11 +398,11 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	// 1ns PROVIDER_TIMEOUT failed every charge; a TOKEN_TTL out of the
 	// tenants' range failed the start after the migrations had run.
 	r.within("TOKEN_TTL", c.Auth.TokenTTL, time.Minute, 24*time.Hour)
-	r.within("PROVIDER_TIMEOUT", c.Provider.Timeout, time.Second, 5*time.Minute)
+	r.within("PROVIDER_TIMEOUT", c.Provider.Timeout, 100*time.Millisecond, 5*time.Minute)
 	r.within("SIMULATOR_LATENCY", c.Provider.SimulatorLatency, 0, time.Minute)
 	r.within("SWEEP_INTERVAL", c.Schedule.SweepInterval, 100*time.Millisecond, 24*time.Hour)
 	r.within("KEY_TTL", c.Schedule.KeyTTL, time.Hour, 366*24*time.Hour)
-	r.within("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Second, 10*time.Minute)
+	r.within("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 100*time.Millisecond, 10*time.Minute)
 	if c.Payments.Lease <= c.Provider.Timeout {
 		r.fail("IDEMPOTENCY_LEASE", "(%s) must exceed PROVIDER_TIMEOUT (%s), or a retry could take over a request still waiting on the provider", c.Payments.Lease, c.Provider.Timeout)
 	}
