@@ -424,7 +424,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if !c.ClockSync && c.Production() {
 		r.fail("CLOCK_SYNC", "is a test setting; production refuses false")
 	}
-	if _, err := cron.ParseStandard(c.Schedule.PurgeSchedule); err != nil {
+	// Five fields, read in UTC: the parser would also take "@every 1s"
+	// (a purge a second) and a CRON_TZ= prefix, which the README does not
+	// promise and an operator would not expect.
+	if f := strings.Fields(c.Schedule.PurgeSchedule); len(f) != 5 || strings.ContainsAny(c.Schedule.PurgeSchedule, "@=") {
+		r.fail("PURGE_SCHEDULE", "must be a 5-field cron line in UTC (like 0 3 * * *), got %q", c.Schedule.PurgeSchedule)
+	} else if _, err := cron.ParseStandard(c.Schedule.PurgeSchedule); err != nil {
 		r.fail("PURGE_SCHEDULE", "is not a 5-field cron expression: %v", err)
 	}
 	if c.Limits.RatePerSecond < 0 {
