@@ -115,6 +115,34 @@ VALUES ('ten_m', 'k1', 'legacy-hash', 'done', '2026-01-01 00:00:00+00:00', '2026
 	})
 }
 
+// Migration 18 gives an open key written without attempted_at (by an
+// instance older than version 6, still serving while 6 ran) its creation
+// as its last attempt: the sweeper selects keys by attempted_at, and a
+// NULL would leave the key's payment processing until a merchant retry.
+func TestMigrationDatesOpenKeysWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		insert := func(key, status string, completed any) {
+			require.NoError(t, db.Exec(`INSERT INTO idempotency_keys (merchant_id, key, request_hash, status, locked_until, lock_token, created_at, completed_at)
+VALUES ('ten_m', ?, 'h', ?, '2026-01-01 00:00:00+00:00', 'tok', '2026-01-01 00:00:00+00:00', ?)`, key, status, completed).Error)
+		}
+		insert("open", "in_progress", nil)
+		insert("done", "done", "2026-01-01 00:00:01+00:00")
+		require.NoError(t, db.Exec("DELETE FROM schema_migrations WHERE version = 18").Error)
+		n, err := database.Migrate(db)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		var stale int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM idempotency_keys
+WHERE completed_at IS NULL AND attempted_at < '2026-01-02 00:00:00+00:00'`).Row().Scan(&stale))
+		require.EqualValues(t, 1, stale, "the open key is the sweeper's to find")
+		var untouched int64
+		require.NoError(t, db.Raw("SELECT count(*) FROM idempotency_keys WHERE key = 'done' AND attempted_at IS NULL").Row().Scan(&untouched))
+		require.EqualValues(t, 1, untouched, "a finished key needs no sweep")
+	})
+}
+
 // Migration 14 moves the lookup by the provider's transaction id from an
 // index on payments to payment_transactions: every payment that already
 // had one is found through the new table, and the index is gone (its

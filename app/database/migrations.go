@@ -427,6 +427,14 @@ CREATE TABLE refund_rechecks (
 	PRIMARY KEY (merchant_id, refund_id)
 );
 CREATE INDEX refund_rechecks_due_idx ON refund_rechecks (recheck_at);`},
+	// An open key without attempted_at is invisible to the sweeper, the
+	// backlog's age and a takeover's "since the attempt" (NULL compares
+	// as nothing): its payment would stay processing until the merchant
+	// retried. Version 6 filled the column in once, but an instance of an
+	// earlier release still serving during that rolling deploy went on
+	// writing claims without it. Data only, as from 16 on.
+	{18, "open_keys_attempted", `
+UPDATE idempotency_keys SET attempted_at = created_at WHERE completed_at IS NULL AND attempted_at IS NULL`},
 }
 
 // migrationSQL is what m runs on d.
