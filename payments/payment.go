@@ -107,6 +107,10 @@ type Payment struct {
 	// AgeSeconds is how old the payment was when read, by the database's
 	// clock; only reads that need it (GetByKey) fill it in.
 	AgeSeconds float64 `gorm:"column:age_seconds;->"`
+	// recheckLease is, by this process's clock, an instant before the
+	// lease DueRechecks took on the payment's recheck ends: its lookup is
+	// made within it, as a claim's is.
+	recheckLease time.Time
 }
 
 // age is AgeSeconds as a duration.

@@ -41,7 +41,14 @@ const (
 // DueRechecks takes payments whose recheck is due (see Store.DueRechecks),
 // for the sweeper; each is then given to Recheck.
 func (s *Service) DueRechecks(ctx context.Context, limit int) ([]Payment, error) {
-	return s.store.DueRechecks(ctx, limit, s.cfg.Lease)
+	// Read before the statement that takes the lease: an instant before
+	// it ends, whatever the database's clock says.
+	leaseEnds := time.Now().Add(s.cfg.Lease)
+	due, err := s.store.DueRechecks(ctx, limit, s.cfg.Lease)
+	for i := range due {
+		due[i].recheckLease = leaseEnds
+	}
+	return due, err
 }
 
 // Recheck looks a payment released as never charged up once more and
@@ -164,11 +171,16 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 	if err != nil {
 		return providers.Result{}, fmt.Errorf("provider account: %w", err)
 	}
-	if err := s.pace(ctx, p.Provider, time.Time{}); err != nil {
+	// A scheduled recheck's turn must come within its lease, as a claim's
+	// (pace): a recheck still waiting when the lease ends is taken again,
+	// by this run's next batch or another instance, and looked up twice.
+	if err := s.pace(ctx, p.Provider, p.recheckLease); err != nil {
 		return providers.Result{}, err
 	}
+	lctx, cancel := s.leaseBound(ctx, p.recheckLease)
+	defer cancel()
 	start := time.Now()
-	res, err := prov.Lookup(ctx, p.ProviderReference)
+	res, err := prov.Lookup(lctx, p.ProviderReference)
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
 	return s.ours(ctx, p, res, err)
 }

@@ -59,6 +59,8 @@ type Refund struct {
 	// it (the database's own text of it), so the recheck ends its row only
 	// if nothing moved it again since.
 	recheckTaken string
+	// recheckLease is Payment's, for DueRefundRechecks.
+	recheckLease time.Time
 }
 
 // TableName is the table the migrations create.

@@ -119,7 +119,7 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		}
 	}
 	// Sent only within the claim's lease, and bounded by it (see Create).
-	cctx, cancelRefund := context.WithDeadline(ctx, claim.LeaseEnds.Add(-min(leaseMargin, s.cfg.Lease/10)))
+	cctx, cancelRefund := s.withinLease(ctx, claim)
 	defer cancelRefund()
 	if cctx.Err() != nil {
 		return Answer{}, keyInUse()
@@ -553,7 +553,9 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		defer cancel()
 		return Pending, errors.Join(err, s.keys.LeaveInProgress(rctx, claim))
 	}
-	res, err := s.lookupRefund(ctx, &r)
+	lctx, cancelLookup := s.withinLease(ctx, claim)
+	res, err := s.lookupRefund(lctx, &r)
+	cancelLookup()
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	mayRelease = mayRelease && claim.SinceAttempt >= s.refundReleaseAfter(ctx, &r)
@@ -825,7 +827,12 @@ func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference st
 // Store.DueRefundRechecks), for the sweeper; each is then given to
 // RecheckRefund.
 func (s *Service) DueRefundRechecks(ctx context.Context, limit int) ([]Refund, error) {
-	return s.store.DueRefundRechecks(ctx, limit, s.cfg.Lease)
+	leaseEnds := time.Now().Add(s.cfg.Lease) // as DueRechecks
+	due, err := s.store.DueRefundRechecks(ctx, limit, s.cfg.Lease)
+	for i := range due {
+		due[i].recheckLease = leaseEnds
+	}
+	return due, err
 }
 
 // RecheckRefund is the scheduled look, RECHECK_AFTER after its release, at
@@ -871,10 +878,12 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 // refunded). A succeeded refund re-opened after a release, whose recheck
 // was left, is looked at once the same way and agrees.
 func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settlement, error) {
-	err := s.pace(paced(ctx), r.Provider, time.Time{})
+	err := s.pace(paced(ctx), r.Provider, r.recheckLease)
 	var res providers.RefundResult
 	if err == nil {
-		res, err = s.lookupRefund(ctx, &r)
+		lctx, cancel := s.leaseBound(ctx, r.recheckLease)
+		res, err = s.lookupRefund(lctx, &r)
+		cancel()
 	}
 	next := time.Duration(0) // the watch ends
 	switch {
@@ -915,10 +924,12 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 // for the sweeper to settle like any other. Anything else (not found,
 // failed) leaves it as it is.
 func (s *Service) recheckRefund(ctx context.Context, r Refund) (Settlement, error) {
-	if err := s.pace(ctx, r.Provider, time.Time{}); err != nil {
+	if err := s.pace(ctx, r.Provider, r.recheckLease); err != nil {
 		return "", err
 	}
-	res, err := s.lookupRefund(ctx, &r)
+	lctx, cancelLookup := s.leaseBound(ctx, r.recheckLease)
+	res, err := s.lookupRefund(lctx, &r)
+	cancelLookup()
 	if err != nil {
 		return "", err
 	}

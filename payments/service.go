@@ -215,7 +215,7 @@ func (s *Service) Create(ctx context.Context, claim idempotency.Claim, m Merchan
 	// request stalled past its lease (a slow commit, a pause) must not
 	// charge after another owner — or the sweeper's "not found" — took
 	// over. Sent in time, the call is bounded by the lease as well.
-	cctx, cancelCharge := context.WithDeadline(ctx, claim.LeaseEnds.Add(-min(leaseMargin, s.cfg.Lease/10)))
+	cctx, cancelCharge := s.withinLease(ctx, claim)
 	defer cancelCharge()
 	if cctx.Err() != nil {
 		s.cfg.Log.WarnContext(ctx, "claim's lease nearly over before the charge; not sent",
@@ -353,6 +353,24 @@ func dbUnavailable() error {
 // a request keeps in hand when it sends a charge: the call must end (or be
 // abandoned) before the lease does, whatever the clocks' rates.
 const leaseMargin = time.Second
+
+// withinLease bounds a provider call made for claim by its lease, less
+// leaseMargin: past it another owner may take the key over, and a charge
+// or refund still going out would be a second one's; a lookup answered
+// after it is work its claim can no longer record.
+func (s *Service) withinLease(ctx context.Context, claim idempotency.Claim) (context.Context, context.CancelFunc) {
+	return s.leaseBound(ctx, claim.LeaseEnds)
+}
+
+// leaseBound is withinLease for a lease that ends at leaseEnds; a zero
+// leaseEnds (a webhook's or a poll's look, which holds none) leaves ctx
+// as it is.
+func (s *Service) leaseBound(ctx context.Context, leaseEnds time.Time) (context.Context, context.CancelFunc) {
+	if leaseEnds.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, leaseEnds.Add(-min(leaseMargin, s.cfg.Lease/10)))
+}
 
 // redriveWindow is how long after a payment's first attempt a takeover may
 // still re-send the charge. Providers dedupe a repeated reference for at

@@ -148,8 +148,13 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		defer cancel()
 		return Pending, errors.Join(err, s.keys.LeaveInProgress(rctx, claim))
 	}
+	// Within the claim's lease, like a charge: the turn came in its first
+	// half, and a lookup still running past it would be answered to a
+	// worker that may no longer own the key.
+	lctx, cancelLookup := s.withinLease(ctx, claim)
 	start := time.Now()
-	res, err := prov.Lookup(ctx, p.ProviderReference)
+	res, err := prov.Lookup(lctx, p.ProviderReference)
+	cancelLookup()
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
 	res, err = s.ours(ctx, &p, res, err)
 	// Recording what the provider said gets its own time: a lookup that

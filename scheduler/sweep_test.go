@@ -442,3 +442,73 @@ func TestASettlerThatPanicsIsThatKeysError(t *testing.T) {
 	require.Contains(t, logs.String(), "a settler panicked")
 	require.Contains(t, logs.String(), "adapter bug")
 }
+
+// A sweeper's lookup is bounded by its claim's lease, as a charge is: a
+// provider that hangs for PROVIDER_TIMEOUT (longer than the lease) must
+// not keep a worker asking on behalf of a key another owner may have taken
+// over since. The key is left in progress for the next run.
+func TestASweepersLookupEndsWithItsLease(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	deadlines := make(chan time.Duration, 1)
+	fake := newFake(func(ctx context.Context, _ string) (providers.Result, error) {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			deadlines <- -1
+			return providers.Result{}, fmt.Errorf("fake: %w: no deadline", providers.ErrUnknown)
+		}
+		deadlines <- time.Until(dl)
+		<-ctx.Done()
+		return providers.Result{}, fmt.Errorf("fake: %w: %v", providers.ErrUnknown, ctx.Err())
+	})
+	in := newInstance(t, dbtest.PostgresURL(t), fake, 4)
+	in.service = payments.NewService(in.db, in.keys, accounts{fake}, payments.Config{
+		Lease: lease, ReviewAfter: 24 * time.Hour, Log: quiet,
+	})
+	seed(t, in.db, []stuck{{merchant: "ten_l", key: "k", age: time.Hour, leaseLeft: -time.Minute,
+		payment: status(payments.StatusProcessing)}})
+	cfg := in.config(10)
+	cfg.Lease = lease
+	c, err := scheduler.NewSweeper(cfg).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, c.Pending)
+	left := <-deadlines
+	require.Positive(t, left, "the lookup has a deadline")
+	require.LessOrEqual(t, left, lease, "within the claim's lease")
+	require.Equal(t, int64(1), count(t, in.db, "payments", "status = 'processing'"))
+}
+
+// A recheck's turn at a paced provider must come within the lease
+// DueRechecks took on it, as a key's does: one still waiting when it ends
+// is taken again (by the run's next batch or another instance) and looked
+// up twice. Past the lease the recheck is left for later, asking nothing.
+func TestRechecksArePacedWithinTheirLease(t *testing.T) {
+	t.Parallel()
+	fake := newFake(func(context.Context, string) (providers.Result, error) {
+		return providers.Result{Outcome: providers.OutcomeNotFound}, nil
+	})
+	in := newInstance(t, dbtest.PostgresURL(t), fake, 4)
+	db := in.db
+	in.service = payments.NewService(db, in.keys, accounts{fake}, payments.Config{
+		Lease: 30 * time.Second, ReviewAfter: 24 * time.Hour, Log: quiet, SweepProviderRate: 1.0 / 3600,
+	})
+	var rows []stuck
+	for i := range 3 {
+		rows = append(rows, stuck{merchant: "ten_r", key: fmt.Sprintf("k-%d", i), age: 2 * time.Hour,
+			leaseLeft: -time.Hour, payment: status(payments.StatusFailed), failureCode: payments.FailureNotProcessed})
+	}
+	seed(t, db, rows)
+	require.NoError(t, db.Exec("DELETE FROM idempotency_keys").Error) // released
+	require.NoError(t, db.Exec("UPDATE payments SET recheck_at = ?", time.Now().Add(-time.Minute)).Error)
+	// A guard, not a measure: without the lease a worker waits its turn
+	// for the hour. No deadline on ctx, which the limiter would see.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer time.AfterFunc(time.Minute, cancel).Stop()
+	defer cancel()
+	c, err := scheduler.NewSweeper(in.config(10)).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, scheduler.Counts{Confirmed: 1, Pending: 2, Errors: 2}, c)
+	lookups, _ := fake.counts()
+	require.Len(t, lookups, 1, "one lookup in the hour")
+	require.Equal(t, int64(2), count(t, db, "payments", "recheck_at > ?", time.Now()), "the others looked at later")
+}
