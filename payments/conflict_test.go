@@ -40,7 +40,13 @@ func TestAnotherChargeUnderTheReferenceSettlesNothing(t *testing.T) {
 
 	h, raw, err := ps.Webhook(ref)
 	require.NoError(t, err)
-	g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	// Answered, not 503: no retry of the event can change what is under
+	// the reference, and Paystack would send it again for 72 hours.
+	for range 2 {
+		r := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+		require.Equal(t, "pending", r.JSON(t)["status"])
+	}
 	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "taken").Status, "by the webhook")
 	require.Equal(t, "processing", g.Get(m, "/v1/payments/"+id).JSON(t)["status"], "by the app's GET")
 	ageKeys(t, g, time.Hour)
@@ -53,6 +59,31 @@ func TestAnotherChargeUnderTheReferenceSettlesNothing(t *testing.T) {
 	require.Equal(t, 1, sweep(t, g).Review)
 	require.Equal(t, payments.StatusRequiresReview, ledgerByKey(t, g, m.ID, "taken").Status)
 	require.Equal(t, 1, ps.Charges(ref), "and nothing was charged again")
+}
+
+// A payment released as never charged whose reference then holds another
+// charge: its provider's event is answered (the payment stays failed
+// not_processed), not 503 for the provider to send it again for days.
+func TestAWebhookAboutAnotherChargeUnderAReleasedReferenceIsAnswered(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ps.FailNext(http.StatusTooManyRequests) // refused before processing: never charged
+	first := g.Pay(m, "released", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusServiceUnavailable, first.StatusCode, string(first.Body))
+	p := ledgerByKey(t, g, m.ID, "released")
+	require.Equal(t, payments.StatusFailed, p.Status)
+	adapter, err := paystack.New(paystack.Config{BaseURL: ps.URL})(providers.Secrets{"secret_key": paystacktest.SecretKey})
+	require.NoError(t, err)
+	_, err = adapter.Charge(context.Background(), providers.ChargeRequest{Reference: p.ProviderReference, Amount: 100, Currency: "NGN",
+		Email: "ada@example.com", PaymentMethod: paystacktest.TokenSuccess})
+	require.NoError(t, err)
+	h, raw, err := ps.Webhook(p.ProviderReference)
+	require.NoError(t, err)
+	r := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+	p = ledgerByKey(t, g, m.ID, "released")
+	require.Equal(t, payments.StatusFailed, p.Status)
+	require.Contains(t, g.Logs.String(), "for another amount or currency")
 }
 
 // The same for a payment released as never charged: a charge found under

@@ -468,3 +468,66 @@ func TestAReversedChargeIsNeverADecline(t *testing.T) {
 	require.Equal(t, 1, sweep(t, g).Review)
 	require.Equal(t, "requires_review", g.Get(m, "/v1/payments/"+id).JSON(t)["status"])
 }
+
+// A provider's answer is untrusted input. An id or a decline code the
+// gateway cannot store (a NUL, which PostgreSQL refuses in text; invalid
+// UTF-8; 100 KB) failed the recording of a charge already made: the
+// payment stayed processing, and every retry charged again into the same
+// failure. The outcome stands, the id is dropped (the charge is found by
+// its reference) and an unkeepable code is the generic decline's.
+func TestAProviderAnswerThatCannotBeStoredStillSettles(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status int
+		answer map[string]any
+		want   int
+		code   string
+	}{
+		"NULInTheID": {http.StatusOK, map[string]any{"id": "pi_\x00bad", "object": "payment_intent",
+			"status": "succeeded", "amount": 5000, "currency": "usd"}, http.StatusCreated, ""},
+		"InvalidUTF8InTheID": {http.StatusOK, map[string]any{"id": "pi_\xff\xfe", "object": "payment_intent",
+			"status": "succeeded", "amount": 5000, "currency": "usd"}, http.StatusCreated, ""},
+		"NULInTheDeclineCode": {http.StatusPaymentRequired, map[string]any{"error": map[string]any{"type": "card_error",
+			"code": "card_declined", "decline_code": "generic\x00decline", "message": "Your card was declined.",
+			"payment_intent": map[string]any{"id": "pi_ok", "status": "requires_payment_method"}}},
+			http.StatusPaymentRequired, "card_declined"},
+		"AHugeDeclineCode": {http.StatusPaymentRequired, map[string]any{"error": map[string]any{"type": "card_error",
+			"code": "card_declined", "decline_code": strings.Repeat("x", 100_000), "message": "Your card was declined.",
+			"payment_intent": map[string]any{"id": "pi_ok", "status": "requires_payment_method"}}},
+			http.StatusPaymentRequired, "card_declined"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_ = json.NewEncoder(w).Encode(tc.answer)
+			}))
+			t.Cleanup(srv.Close)
+			g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", srv.URL))
+			m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
+				"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+			b := body(stripetest.TokenSuccess)
+			b["currency"] = "USD"
+			r := g.Pay(m, "garbled", b)
+			require.Equal(t, tc.want, r.StatusCode, string(r.Body))
+			p := r.JSON(t)
+			if declined, ok := p["payment"].(map[string]any); ok {
+				p = declined // a decline's problem carries the payment
+			}
+			require.NotContains(t, string(r.Body), `\u0000`)
+			require.Less(t, len(r.Body), 4096)
+			if tc.code != "" {
+				require.Equal(t, tc.code, p["failure_code"])
+			} else {
+				require.Equal(t, "succeeded", p["status"])
+			}
+			require.Equal(t, p["status"], ledgerStatus(t, g, m.ID, p["id"].(string)))
+			again := g.Pay(m, "garbled", b)
+			require.Equal(t, r.StatusCode, again.StatusCode)
+			require.Equal(t, r.Body, again.Body, "replayed, not charged again")
+			require.Contains(t, g.Logs.String(), "cannot keep")
+			require.NotContains(t, g.Logs.String(), "level=ERROR")
+		})
+	}
+}

@@ -182,7 +182,7 @@ func (s *Service) lookup(ctx context.Context, p *Payment) (providers.Result, err
 	start := time.Now()
 	res, err := prov.Lookup(lctx, p.ProviderReference)
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
-	return s.ours(ctx, p, res, err)
+	return s.ours(ctx, p, cleaned(ctx, s.cfg.Log, p.Provider, "lookup", res), err)
 }
 
 // reopen records the provider's final outcome for a payment released as

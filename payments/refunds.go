@@ -135,6 +135,7 @@ func (s *Service) CreateRefund(ctx context.Context, claim idempotency.Claim, m M
 		Amount: r.Amount, Currency: r.Currency, Reason: r.Reason,
 	})
 	s.observeProvider(r.Provider, "refund", err, time.Since(start))
+	res = cleaned(ctx, s.cfg.Log, r.Provider, "refund", res)
 	failpoint.Hit("after_refund")
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
@@ -660,7 +661,7 @@ func (s *Service) lookupRefund(ctx context.Context, r *Refund) (providers.Refund
 		RefundID: r.ProviderRefundID,
 	})
 	s.observeProvider(r.Provider, "refund_lookup", err, time.Since(start))
-	return res, err
+	return cleaned(ctx, s.cfg.Log, r.Provider, "refund_lookup", res), err
 }
 
 // PollRefund returns the merchant's refund; a pending one nobody works on

@@ -565,7 +565,19 @@ func (s *Service) charge(ctx context.Context, prov providers.Provider, p *Paymen
 		Description:   p.Description,
 	})
 	s.observeProvider(p.Provider, "charge", err, time.Since(start))
-	return res, err
+	return cleaned(ctx, s.cfg.Log, p.Provider, "charge", res), err
+}
+
+// cleaned is what the gateway keeps of a provider's answer
+// (providers.Result.Clean), with a WARN naming what was replaced: the
+// provider sent what none of its answers should hold.
+func cleaned[R interface{ Clean() (R, []string) }](ctx context.Context, log *slog.Logger, provider, op string, r R) R {
+	r, dropped := r.Clean()
+	if len(dropped) > 0 {
+		log.WarnContext(ctx, "the provider's answer holds values the gateway cannot keep; replaced",
+			"provider", provider, "op", op, "fields", dropped)
+	}
+	return r
 }
 
 func (s *Service) observeProvider(provider, op string, err error, d time.Duration) {

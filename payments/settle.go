@@ -156,7 +156,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	res, err := prov.Lookup(lctx, p.ProviderReference)
 	cancelLookup()
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
-	res, err = s.ours(ctx, &p, res, err)
+	res, err = s.ours(ctx, &p, cleaned(ctx, s.cfg.Log, p.Provider, "lookup", res), err)
 	// Recording what the provider said gets its own time: a lookup that
 	// used up the caller's budget must still end the claim properly.
 	ctx, cancel := s.recordContext(ctx)

@@ -49,7 +49,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	if ev.Reference == "" && !(ev.Refund && ev.TransactionID != "") {
 		return WebhookResult{Status: "ignored"}, nil
 	}
-	if !webhookToken(ev.Reference) || !webhookToken(ev.TransactionID) || !webhookToken(ev.RefundReference) {
+	if !providers.Token(ev.Reference) || !providers.Token(ev.TransactionID) || !providers.Token(ev.RefundReference) {
 		// Nothing the gateway made or a provider gave it looks like this
 		// (a NUL, bytes that are not UTF-8, a page of text): no payment of
 		// ours, so not a value to hand the database.
@@ -95,6 +95,9 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 		// happened to the reference: a charge that landed late. Look it up
 		// (the event is only a hint) and re-open the payment if it is there.
 		st, err := s.recheck(ctx, p, false)
+		if conflicted(err) {
+			st, err = Pending, nil
+		}
 		if err != nil {
 			s.cfg.Log.WarnContext(ctx, "webhook recheck failed", "payment_id", p.ID, "err", err)
 			return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
@@ -110,7 +113,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	if final(p.Status) {
 		if p.Status == StatusFailed && p.FailureCode == FailureResolved {
 			err := s.chargedAfterResolution(ctx, &p)
-			if err != nil && !errors.Is(err, providers.ErrReferenceConflict) {
+			if err != nil && !conflicted(err) {
 				// This event may be the only word of a late charge: the
 				// provider must send it again. (Another charge under the
 				// reference is logged, and no retry changes it.)
@@ -129,6 +132,9 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 		return WebhookResult{Status: "deferred", PaymentID: p.ID}, nil
 	}
 	st, err := s.settle(ctx, claim, false)
+	if conflicted(err) {
+		st, err = Pending, nil
+	}
 	if err != nil {
 		// The provider could not tell us now; it will retry the webhook,
 		// and the sweeper is there regardless.
@@ -137,6 +143,16 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 			"could not confirm the event with the provider; retry later").WithRetryAfter(30)
 	}
 	return WebhookResult{Status: string(st), PaymentID: p.ID}, nil
+}
+
+// conflicted reports whether err is only that the provider's charge under
+// the payment's reference is another one (logged where it was found): no
+// retry of the event can change that, so it is answered, not 503 — the
+// provider would send it again for days, each time a lookup and an ERROR.
+// The payment stays as it was, for the sweeper and, past REVIEW_AFTER, a
+// person.
+func conflicted(err error) bool {
+	return err != nil && errors.Is(err, providers.ErrReferenceConflict)
 }
 
 // WebhookRoutes mounts the provider webhooks on r (the /v1 group, without
@@ -180,21 +196,6 @@ func (h *Handler) webhook(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(res)
-}
-
-// webhookToken reports whether s, from a webhook's payload, can be one of
-// our references or a provider's id: empty, or up to 255 printable ASCII
-// bytes.
-func webhookToken(s string) bool {
-	if len(s) > 255 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // chargedAfterResolution looks up a payment an operator resolved as
