@@ -1508,7 +1508,7 @@ const docTemplate = `{
                         "BearerAuth": []
                     }
                 ],
-                "description": "Enqueues the event again for every endpoint that takes its type now (same webhook-id).",
+                "description": "Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.",
                 "produces": [
                     "application/json",
                     "application/problem+json"

@@ -23,6 +23,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/audit"
@@ -380,8 +381,19 @@ func (s *Service) insertJobs(ctx context.Context, tx *gorm.DB, jobs []riverParam
 
 func (s *Service) job(merchantID, eventID, endpointID string) river.InsertManyParams {
 	return river.InsertManyParams{Args: DeliveryArgs{MerchantID: merchantID, EventID: eventID, EndpointID: endpointID},
-		InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: len(s.cfg.Schedule) + 1}}
+		InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: len(s.cfg.Schedule) + 1, UniqueOpts: waitingOnce}}
 }
+
+// waitingOnce makes a delivery job unique per event and endpoint while one
+// waits or runs: a redelivery asked for while the event is still on its
+// way to the endpoint adds nothing, so a merchant cannot fill the queue —
+// which every merchant's deliveries share — with copies of one delivery.
+// A job waiting for a retry (retryable) does not count, so a redelivery
+// after a receiver's failure goes now, not at the retry; River allows only
+// that state to be left out.
+var waitingOnce = river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateScheduled,
+}}
 
 // deliveryWorker delivers one event to one endpoint per attempt.
 type deliveryWorker struct {
@@ -413,6 +425,14 @@ type errDelivery struct{ msg string }
 func (e errDelivery) Error() string { return "events: delivery: " + e.msg }
 
 func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last bool) error {
+	if !s.take(a.MerchantID, a.EndpointID) {
+		// This endpoint (or merchant) has its share of workers here: back
+		// off 1–5 s, spread, so a backlog does not churn the queue. Before
+		// any read: a merchant's backlog snoozing round the queue must not
+		// cost the database the others' deliveries need.
+		return river.JobSnooze(time.Second + rand.N(4*time.Second))
+	}
+	defer s.give(a.MerchantID, a.EndpointID)
 	ev, err := s.store.Get(ctx, a.MerchantID, a.EventID)
 	if errors.Is(err, ErrNotFound) {
 		return river.JobCancel(err) // purged past Retention
@@ -432,12 +452,6 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 	if err != nil {
 		return err
 	}
-	if !s.take(ep.MerchantID, ep.ID) {
-		// This endpoint (or merchant) has its share of workers here: back
-		// off 1–5 s, spread, so a backlog does not churn the queue.
-		return river.JobSnooze(time.Second + rand.N(4*time.Second))
-	}
-	defer s.give(ep.MerchantID, ep.ID)
 	secrets, err := s.secrets(&ep)
 	if err != nil {
 		return err

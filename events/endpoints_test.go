@@ -186,6 +186,14 @@ func TestRedeliverSendsTheSameEventAgain(t *testing.T) {
 	require.Equal(t, http.StatusCreated, g.Pay(m, "pay-1", pay("sim_success", 5000)).StatusCode)
 	waitFor(t, "the event", func() bool { return len(rcv.got()) == 1 })
 	evID := rcv.got()[0].Header.Get("webhook-id")
+	// While the delivery waits or runs a redelivery adds nothing
+	// (TestARedeliveryOfAWaitingDeliveryAddsNothing); the queue records it
+	// done a moment after the receiver has it.
+	waitFor(t, "the delivery done", func() bool {
+		var open int64
+		require.NoError(t, g.App.DB().Table("river_job").Where("state IN ('available', 'running', 'scheduled', 'pending')").Count(&open).Error)
+		return open == 0
+	})
 
 	require.Equal(t, http.StatusNotFound, g.Do("POST", "/v1/events/"+evID+"/redeliver", nil, auth(other, "Idempotency-Key", "re-1")...).StatusCode,
 		"another merchant's event")

@@ -83,3 +83,49 @@ func TestNextRetryFollowsTheScheduleWithJitter(t *testing.T) {
 		require.Greater(t, len(seen), 10, "attempt %d: the delays are jittered", attempt)
 	}
 }
+
+// A delivery of one event to one endpoint is in the queue once while it
+// waits or runs: redeliveries asked for meanwhile add nothing (a merchant
+// cannot fill the queue all merchants share with copies); once it has run,
+// a redelivery queues it again. On both stores.
+func TestARedeliveryOfAWaitingDeliveryAddsNothing(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+		require.NoError(t, err)
+		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		enqueue := func(endpoints ...string) {
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+				return s.enqueue(ctx, tx, "m1", "evt_1", endpoints)
+			}))
+		}
+		jobs := func() (n int64) {
+			require.NoError(t, db.Table("river_job").Where("queue = ?", queue).Count(&n).Error)
+			return n
+		}
+		enqueue("we_1", "we_2")
+		for range 5 {
+			enqueue("we_1", "we_2")
+		}
+		require.Equal(t, int64(2), jobs(), "one per endpoint while it waits")
+		require.NoError(t, db.Exec("UPDATE river_job SET state = 'completed', finalized_at = ? WHERE queue = ?", time.Now().UTC(), queue).Error)
+		enqueue("we_1")
+		require.Equal(t, int64(3), jobs(), "delivered: a redelivery goes again")
+	})
+}
+
+// A job whose endpoint already has its share of this instance's workers
+// snoozes before it reads anything: a merchant's backlog going round the
+// queue costs the database nothing the other merchants' deliveries need.
+// (The event named here does not exist: a read would cancel the job.)
+func TestABusyEndpointsJobSnoozesBeforeReading(t *testing.T) {
+	t.Parallel()
+	s := &Service{busy: map[string]int{"we_busy": perEndpoint}}
+	err := s.deliver(context.Background(), DeliveryArgs{MerchantID: "m1", EventID: "evt_missing", EndpointID: "we_busy"}, 1, false)
+	var snooze *river.JobSnoozeError
+	require.ErrorAs(t, err, &snooze)
+	require.Equal(t, perEndpoint, s.busy["we_busy"], "its share given back untouched")
+}

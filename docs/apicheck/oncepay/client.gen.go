@@ -2015,7 +2015,7 @@ type ClientInterface interface {
 
 	// RedeliverEvent Redeliver an event
 	//
-	// Enqueues the event again for every endpoint that takes its type now (same webhook-id).
+	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
 	//
 	// Corresponds with POST /v1/events/{id}/redeliver (the `RedeliverEvent` operationId).
 	RedeliverEvent(ctx context.Context, id string, params *RedeliverEventParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2684,7 +2684,7 @@ func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestE
 
 // RedeliverEvent Redeliver an event
 //
-// Enqueues the event again for every endpoint that takes its type now (same webhook-id).
+// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
 //
 // Corresponds with POST /v1/events/{id}/redeliver (the `RedeliverEvent` operationId).
 func (c *Client) RedeliverEvent(ctx context.Context, id string, params *RedeliverEventParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5332,7 +5332,7 @@ type ClientWithResponsesInterface interface {
 
 	// RedeliverEventWithResponse Redeliver an event
 	//
-	// Enqueues the event again for every endpoint that takes its type now (same webhook-id).
+	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10458,7 +10458,7 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id strin
 
 // RedeliverEventWithResponse Redeliver an event
 //
-// Enqueues the event again for every endpoint that takes its type now (same webhook-id).
+// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
 //
 // Returns a wrapper object for the known response body format(s).
 //
