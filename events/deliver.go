@@ -433,12 +433,28 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 		return river.JobSnooze(time.Second + rand.N(4*time.Second))
 	}
 	defer s.give(a.MerchantID, a.EndpointID)
+	// internal is a failure of the gateway's own, before anything is sent:
+	// retried by the queue like a receiver's, and on the last attempt
+	// written to the deliveries log as failed — otherwise the event would
+	// be dropped with no trace the merchant or an operator could find.
+	internal := func(what string, err error) error {
+		if last {
+			s.record(ctx, &Delivery{MerchantID: a.MerchantID, EndpointID: a.EndpointID, EventID: a.EventID, Attempt: attempt,
+				Outcome: "failed", Error: "the gateway could not " + what + "; it was never sent (support has the details)"})
+			if s.cfg.Observe != nil {
+				s.cfg.Observe("failed", 0)
+			}
+			s.cfg.Log.ErrorContext(ctx, "webhook delivery given up: the gateway could not "+what,
+				"merchant_id", a.MerchantID, "endpoint_id", a.EndpointID, "event_id", a.EventID, "err", err)
+		}
+		return err
+	}
 	ev, err := s.store.Get(ctx, a.MerchantID, a.EventID)
 	if errors.Is(err, ErrNotFound) {
 		return river.JobCancel(err) // purged past Retention
 	}
 	if err != nil {
-		return err
+		return internal("read the event", err)
 	}
 	ep, err := s.store.endpoint(ctx, nil, a.MerchantID, a.EndpointID)
 	if errors.Is(err, ErrNotFound) || (err == nil && ep.DisabledAt != nil) {
@@ -450,22 +466,27 @@ func (s *Service) deliver(ctx context.Context, a DeliveryArgs, attempt int, last
 		return river.JobCancel(errors.New("events: endpoint gone"))
 	}
 	if err != nil {
-		return err
+		return internal("read the endpoint", err)
 	}
 	secrets, err := s.secrets(&ep)
 	if err != nil {
-		return err
+		// A secret no key opens (MASTER_KEY_PREVIOUS removed before
+		// `gateway reseal` finished): every delivery to this endpoint
+		// fails until the merchant rotates the secret.
+		return internal("open the endpoint's signing secret", err)
 	}
 	ts := s.cfg.Now().Unix()
 	sig, err := Signatures(secrets, ev.ID, ts, ev.Payload)
 	if err != nil {
-		return err
+		return internal("sign the event", err)
 	}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, ep.URL, strings.NewReader(string(ev.Payload)))
 	if err != nil {
-		return river.JobCancel(err)
+		// The URL was checked when it was stored: no retry changes it.
+		last = true
+		return river.JobCancel(internal("make a request of the endpoint's URL", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "OncePay-Webhooks/1")

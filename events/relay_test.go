@@ -129,3 +129,45 @@ func TestABusyEndpointsJobSnoozesBeforeReading(t *testing.T) {
 	require.ErrorAs(t, err, &snooze)
 	require.Equal(t, perEndpoint, s.busy["we_busy"], "its share given back untouched")
 }
+
+// A delivery the gateway itself cannot make — here, an endpoint's secret
+// no key opens — is retried like a receiver's failure, and on its last
+// attempt written to the deliveries log as failed (and an ERROR), so the
+// merchant and an operator can see the event was never sent. On both
+// stores.
+func TestADeliveryTheGatewayCannotMakeIsLoggedWhenGivenUp(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+		require.NoError(t, err)
+		var logs bytes.Buffer
+		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
+			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
+VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
+		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
+VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed under a key long gone"), now, now).Error)
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			return NewEmitter(nil).Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: map[string]any{"id": "pay_1"}})
+		}))
+		var ev Event
+		require.NoError(t, db.Where("merchant_id = 'm1'").First(&ev).Error)
+		a := DeliveryArgs{MerchantID: "m1", EventID: ev.ID, EndpointID: "we_1"}
+		deliveries := func() (d []Delivery) {
+			require.NoError(t, db.Where("merchant_id = 'm1'").Find(&d).Error)
+			return d
+		}
+
+		require.Error(t, s.deliver(ctx, a, 1, false))
+		require.Empty(t, deliveries(), "retried: nothing to show yet")
+		require.Error(t, s.deliver(ctx, a, 2, true))
+		d := deliveries()
+		require.Len(t, d, 1)
+		require.Equal(t, "failed", d[0].Outcome)
+		require.Contains(t, d[0].Error, "signing secret")
+		require.Contains(t, logs.String(), "level=ERROR")
+	})
+}
