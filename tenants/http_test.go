@@ -121,6 +121,13 @@ func TestMerchantAuthFailures(t *testing.T) {
 		{"IssuedInFuture", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.IssuedAt = jwt.NewNumericDate(time.Now().Add(time.Hour))
 		}))},
+		// Signed with the key (leaked, say), but living longer than any
+		// token the gateway issues: refused, so a forged token dies
+		// within TOKEN_TTL of the key's rotation like an issued one.
+		{"LongerThanTokenTTL", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
+			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(10 * 365 * 24 * time.Hour))
+		}))},
+		{"NoIssuedAt", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.IssuedAt = nil }))},
 		{"UnknownTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Subject = "ten_nope" }))},
 		{"CredentialOfAnotherTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ClientID = "cli_other" }))},
 		{"AdminKeyAsMerchantToken", "Bearer " + testAdminKey},

@@ -138,6 +138,13 @@ func (s *signer) parse(raw string) (*accessClaims, error) {
 	if !strings.HasPrefix(c.Subject, "ten_") || c.ClientID == "" || c.ID == "" {
 		return nil, fmt.Errorf("%w: missing sub, cid or jti", ErrInvalidToken)
 	}
+	// No token the gateway issues lives longer than TOKEN_TTL: one that
+	// does was made elsewhere with the key (leaked), and would outlive the
+	// key's rotation by as long as it says. (A TOKEN_TTL made shorter
+	// refuses the longer tokens issued before; clients ask again on 401.)
+	if c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > s.ttl+clockSkew {
+		return nil, fmt.Errorf("%w: lifetime missing or longer than TOKEN_TTL", ErrInvalidToken)
+	}
 	s.remember(raw, &c)
 	return &c, nil
 }
