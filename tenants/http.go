@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/url"
 	"reflect"
@@ -416,7 +417,7 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 // issueToken is the OAuth 2.0 client-credentials grant.
 //
 //	@Summary		Get an access token
-//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+//	@Description	OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //	@ID				issueToken
 //	@Tags			auth
 //	@Accept			x-www-form-urlencoded
@@ -435,6 +436,32 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 //	@x-security-optional	true
 //	@Router			/v1/auth/token [post]
 func (h *Handler) issueToken(c *fiber.Ctx) error {
+	err := h.grant(c)
+	if p, ok := problem.As(err); ok {
+		if e := oauthError(p); e != "" {
+			cp := *p
+			cp.Extensions = maps.Clone(p.Extensions)
+			return cp.With("error", e)
+		}
+	}
+	return err
+}
+
+// oauthError is RFC 6749 §5.2's error code for a refused token request,
+// carried beside the problem's own code so that OAuth client libraries can
+// read why; "" for a failure that is not the client's (5xx).
+func oauthError(p *problem.Problem) string {
+	switch p.Code {
+	case "invalid_request", "invalid_client", "unsupported_grant_type":
+		return p.Code
+	case "tenant_suspended":
+		return "unauthorized_client"
+	}
+	return ""
+}
+
+// grant is the grant of issueToken, without RFC 6749's error member.
+func (h *Handler) grant(c *fiber.Ctx) error {
 	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
 	if err != nil || mt != fiber.MIMEApplicationForm {
 		return problem.New(fiber.StatusBadRequest, "invalid_request", "the body must be application/x-www-form-urlencoded")

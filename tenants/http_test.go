@@ -3,6 +3,7 @@ package tenants
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -411,6 +412,14 @@ func TestTokenEndpointErrors(t *testing.T) {
 			r := e.do("POST", "/v1/auth/token", tc.body, hs...)
 			require.Equal(t, tc.status, r.status, string(r.body))
 			require.Equal(t, tc.code, r.code(t))
+			// RFC 6749 §5.2's member, for OAuth client libraries.
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(r.body, &body))
+			want := tc.code
+			if tc.code == "tenant_suspended" {
+				want = "unauthorized_client"
+			}
+			require.Equal(t, want, body["error"])
 			if tc.status == 401 {
 				require.Contains(t, r.header.Get("WWW-Authenticate"), "Basic")
 			}

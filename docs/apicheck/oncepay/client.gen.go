@@ -1984,7 +1984,7 @@ type ClientInterface interface {
 
 	// IssueTokenWithBody Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1993,7 +1993,7 @@ type ClientInterface interface {
 
 	// IssueTokenWithFormdataBody Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type.
 	//
@@ -2613,7 +2613,7 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 
 // IssueTokenWithBody Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2632,7 +2632,7 @@ func (c *Client) IssueTokenWithBody(ctx context.Context, contentType string, bod
 
 // IssueTokenWithFormdataBody Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type.
 //
@@ -5297,7 +5297,7 @@ type ClientWithResponsesInterface interface {
 
 	// IssueTokenWithBodyWithResponse Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5306,7 +5306,7 @@ type ClientWithResponsesInterface interface {
 
 	// IssueTokenWithFormdataBodyWithResponse Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10399,7 +10399,7 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 
 // IssueTokenWithBodyWithResponse Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10414,7 +10414,7 @@ func (c *ClientWithResponses) IssueTokenWithBodyWithResponse(ctx context.Context
 
 // IssueTokenWithFormdataBodyWithResponse Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 //
