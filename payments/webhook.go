@@ -40,6 +40,10 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	ev, err := prov.VerifyWebhook(header, body)
 	switch {
+	case errors.Is(err, providers.ErrNoWebhooks):
+		// As for a provider the tenant has no account with: nothing is
+		// ever sent here, so nothing to warn of either.
+		return WebhookResult{}, problem.New(fiber.StatusNotFound, "not_found", "no such webhook endpoint")
 	case errors.Is(err, providers.ErrBadSignature):
 		s.unsigned.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
 		return WebhookResult{}, problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")

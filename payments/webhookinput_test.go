@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/providers/paystack"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
@@ -36,4 +37,17 @@ func TestWebhookWithAnImpossibleReferenceIsIgnored(t *testing.T) {
 		require.NotContains(t, line, `"level":"WARN"`, line)
 		require.NotContains(t, line, `"level":"ERROR"`, line)
 	}
+}
+
+// The simulator sends no webhooks, so its webhook route is no endpoint: a
+// 404 as for a provider the tenant has no account with, not a 401 and a
+// WARN about a bad signature that nobody could ever have sent right.
+func TestTheSimulatorHasNoWebhookRoute(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	r := g.Do("POST", "/v1/webhooks/simulator/"+m.ID, []byte(`{"event":"charge.success"}`), "Content-Type", "application/json")
+	require.Equal(t, http.StatusNotFound, r.StatusCode, string(r.Body))
+	require.Equal(t, "not_found", r.JSON(t)["code"])
+	require.NotContains(t, g.Logs.String(), "signature")
 }

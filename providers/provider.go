@@ -232,6 +232,9 @@ var (
 	ErrUnknown = errors.New("provider outcome unknown")
 	// ErrBadSignature: a webhook whose signature does not verify.
 	ErrBadSignature = errors.New("webhook signature invalid")
+	// ErrNoWebhooks: the provider sends none (the simulator), so its
+	// webhook route is no endpoint at all.
+	ErrNoWebhooks = errors.New("the provider sends no webhooks")
 	// ErrBadPayload: a webhook whose signature verified but whose body we
 	// cannot read.
 	ErrBadPayload = errors.New("webhook payload invalid")

@@ -222,7 +222,7 @@ func (s *Simulator) result(c charge) providers.Result {
 // VerifyWebhook implements providers.Provider. The simulator sends no
 // webhooks, so nothing claiming to be one is authentic.
 func (s *Simulator) VerifyWebhook(http.Header, []byte) (providers.Event, error) {
-	return providers.Event{}, fmt.Errorf("simulator: %w: the simulator sends no webhooks", providers.ErrBadSignature)
+	return providers.Event{}, fmt.Errorf("simulator: %w", providers.ErrNoWebhooks)
 }
 
 // Charges counts the charges stored for a reference (0 or 1, by the dedupe),

@@ -119,7 +119,7 @@ func TestPendingSettlesLater(t *testing.T) {
 func TestNoWebhooks(t *testing.T) {
 	t.Parallel()
 	_, err := simulator.New(nil, simulator.Config{}).VerifyWebhook(nil, []byte(`{}`))
-	require.ErrorIs(t, err, providers.ErrBadSignature)
+	require.ErrorIs(t, err, providers.ErrNoWebhooks)
 }
 
 // clock is a simulator's clock that a test moves on.
