@@ -11,14 +11,21 @@ package reqtime
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
 // ErrOutOfRange is a valid RFC 3339 time outside the years 0001–9999 in UTC.
 var ErrOutOfRange = errors.New("reqtime: outside the years 0001-9999 in UTC")
 
-// Parse reads s as an RFC 3339 time and returns it in UTC.
+// Parse reads s as an RFC 3339 time and returns it in UTC. Its "T" and
+// "Z" may be lower case (RFC 3339 §5.6), which time.Parse refuses; no
+// other letter is valid in one, so upper-casing these two changes nothing
+// else.
 func Parse(s string) (time.Time, error) {
+	if strings.ContainsAny(s, "tz") {
+		s = strings.NewReplacer("t", "T", "z", "Z").Replace(s)
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, err

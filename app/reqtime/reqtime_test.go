@@ -19,6 +19,9 @@ func TestParse(t *testing.T) {
 		{"2026-12-01T05:00:00+05:00", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
 		{"2026-12-01T00:00:00.123456789Z", time.Date(2026, 12, 1, 0, 0, 0, 123456789, time.UTC)},
 		{"9999-12-31T23:59:59Z", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)},
+		{"2026-12-01t00:00:00z", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}, // RFC 3339 §5.6
+		{"2026-12-01t05:00:00+05:00", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{"2026-12-01x00:00:00Z", time.Time{}},
 		{"0001-01-01T00:00:01Z", time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)},
 		{"9999-12-31T23:59:59-23:59", time.Time{}}, // the year 10000 in UTC
 		{"0001-01-01T00:00:00+00:01", time.Time{}}, // the year 0 in UTC
@@ -54,7 +57,7 @@ func TestUnixMicro(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"2026-12-01T00:00:00Z", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+00:01", "x"} {
+	for _, s := range []string{"2026-12-01T00:00:00Z", "2026-12-01t00:00:00z", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+00:01", "x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
