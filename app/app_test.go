@@ -284,3 +284,28 @@ func TestSingleResourceRoutesTakeNoQuery(t *testing.T) {
 		require.Contains(t, string(r.Body), `"field":"_"`, route.path)
 	}
 }
+
+// An operator request's id is always the gateway's own (the client's is
+// logged beside it): audit rows carry it to the access log line, and a
+// caller must not give its changes another request's id.
+func TestAdminRequestsGetTheGatewaysOwnID(t *testing.T) {
+	t.Parallel()
+	logs := &apptest.SyncBuffer{}
+	a := newApp(t, logs)
+	req := httptest.NewRequest("GET", "/admin/v1/tenants", nil)
+	req.Header.Set("X-Request-ID", "req-of-someone-else")
+	resp, err := a.Fiber().Test(req, -1)
+	require.NoError(t, err)
+	id := resp.Header.Get("X-Request-ID")
+	_, err = uuid.Parse(id)
+	require.NoError(t, err, "a generated id: %q", id)
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"path":"/admin/v1/tenants"`) {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.NotNil(t, line, "no access log line")
+	require.Equal(t, id, line["request_id"])
+	require.Equal(t, "req-of-someone-else", line["client_request_id"])
+}

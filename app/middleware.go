@@ -30,13 +30,18 @@ type refusedRequestIDKey struct{}
 // else a new UUID. The id is echoed in X-Request-ID, stamped on problem
 // bodies and logged; a refused client id is logged beside the new one, cut
 // and escaped, so a client's own id still finds the request.
+//
+// Under /admin/ the id is always the gateway's own, the client's logged
+// beside it: operator actions are audited with their request's id, which
+// leads to the access log line (remote address, user agent), and a caller
+// must not be able to give its changes another request's id.
 func requestID() fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		// Copied: Fiber's header strings alias a buffer it reuses, and the
 		// id outlives the handler in stored replays and logs.
 		sent := utils.CopyString(c.Get(fiber.HeaderXRequestID))
 		id := sent
-		if !validRequestID(sent) {
+		if !validRequestID(sent) || strings.HasPrefix(c.Path(), "/admin/") {
 			id = uuid.NewString()
 			if sent != "" {
 				c.Locals(refusedRequestIDKey{}, loggableRequestID(sent))
