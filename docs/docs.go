@@ -371,8 +371,14 @@ const docTemplate = `{
                             "$ref": "#/definitions/ProviderDisagreesProblem"
                         }
                     },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -621,8 +627,14 @@ const docTemplate = `{
                             "$ref": "#/definitions/ProviderDisagreesProblem"
                         }
                     },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -719,7 +731,7 @@ const docTemplate = `{
                         }
                     },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -788,19 +800,19 @@ const docTemplate = `{
                         }
                     },
                     "413": {
-                        "description": "body_too_large",
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -867,7 +879,7 @@ const docTemplate = `{
                         }
                     },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -944,19 +956,19 @@ const docTemplate = `{
                         }
                     },
                     "413": {
-                        "description": "body_too_large",
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1016,8 +1028,20 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1329,8 +1353,20 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -1420,6 +1456,24 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
+                    },
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
@@ -1480,10 +1534,28 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "event_not_found",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
                         }
                     },
                     "500": {
@@ -1543,6 +1615,12 @@ const docTemplate = `{
                         "description": "Accepted",
                         "schema": {
                             "$ref": "#/definitions/EventRedelivery"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            }
                         }
                     },
                     "400": {
@@ -1557,6 +1635,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "event_not_found",
                         "schema": {
@@ -1564,9 +1648,45 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "idempotency_key_in_use",
+                        "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     },
                     "500": {
@@ -1576,9 +1696,15 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "description": "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     }
                 }
@@ -1639,7 +1765,7 @@ const docTemplate = `{
                         }
                     },
                     "500": {
-                        "description": "internal",
+                        "description": "internal (quote request_id)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2248,13 +2374,13 @@ const docTemplate = `{
                         }
                     },
                     "413": {
-                        "description": "body_too_large",
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
-                        "description": "unsupported_content_encoding, unsupported_media_type",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -2419,6 +2545,24 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
+                        }
+                    },
                     "500": {
                         "description": "internal (quote request_id)",
                         "schema": {
@@ -2469,7 +2613,7 @@ const docTemplate = `{
                         "in": "body",
                         "required": true,
                         "schema": {
-                            "$ref": "#/definitions/WebhookEndpointRequest"
+                            "$ref": "#/definitions/CreateWebhookEndpointRequest"
                         }
                     }
                 ],
@@ -2478,6 +2622,12 @@ const docTemplate = `{
                         "description": "created; secret shown once",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpoint"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            }
                         }
                     },
                     "400": {
@@ -2492,22 +2642,52 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "409": {
-                        "description": "idempotency_key_in_use",
+                        "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "422": {
-                        "description": "idempotency_key_mismatch",
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     },
                     "500": {
@@ -2517,9 +2697,15 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "description": "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     }
                 }
@@ -2570,10 +2756,28 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "webhook_endpoint_not_found",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
                         }
                     },
                     "500": {
@@ -2630,6 +2834,12 @@ const docTemplate = `{
                         "description": "OK",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpointDeleted"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            }
                         }
                     },
                     "400": {
@@ -2644,6 +2854,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "webhook_endpoint_not_found",
                         "schema": {
@@ -2651,9 +2867,45 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "idempotency_key_in_use",
+                        "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     },
                     "500": {
@@ -2663,9 +2915,15 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "description": "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     }
                 }
@@ -2723,6 +2981,12 @@ const docTemplate = `{
                         "description": "OK",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpoint"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            }
                         }
                     },
                     "400": {
@@ -2737,6 +3001,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "webhook_endpoint_not_found",
                         "schema": {
@@ -2744,21 +3014,45 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "idempotency_key_in_use",
+                        "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "415": {
-                        "description": "unsupported_media_type: a body labelled as something other than JSON",
+                        "description": "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
                     },
                     "422": {
-                        "description": "idempotency_key_mismatch",
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     },
                     "500": {
@@ -2768,9 +3062,15 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "description": "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     }
                 }
@@ -2837,10 +3137,28 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "webhook_endpoint_not_found",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds"
+                            }
                         }
                     },
                     "500": {
@@ -2900,6 +3218,12 @@ const docTemplate = `{
                         "description": "rotated; the new secret shown once",
                         "schema": {
                             "$ref": "#/definitions/WebhookEndpoint"
+                        },
+                        "headers": {
+                            "Idempotent-Replayed": {
+                                "type": "string",
+                                "description": "true when this is the stored answer of an earlier request with this key"
+                            }
                         }
                     },
                     "400": {
@@ -2914,6 +3238,12 @@ const docTemplate = `{
                             "$ref": "#/definitions/Problem"
                         }
                     },
+                    "403": {
+                        "description": "tenant_suspended",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
                     "404": {
                         "description": "webhook_endpoint_not_found",
                         "schema": {
@@ -2921,9 +3251,45 @@ const docTemplate = `{
                         }
                     },
                     "409": {
-                        "description": "idempotency_key_in_use",
+                        "description": "idempotency_key_in_use: another request holds this key; retry after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
+                        }
+                    },
+                    "413": {
+                        "description": "body_too_large (over 1 MiB; nothing stored)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "415": {
+                        "description": "unsupported_content_encoding: request bodies must not be compressed",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "422": {
+                        "description": "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "429": {
+                        "description": "rate_limited (Retry-After)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     },
                     "500": {
@@ -2933,9 +3299,15 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database could not be reached; retry after Retry-After",
+                        "description": "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Retry-After": {
+                                "type": "integer",
+                                "description": "seconds to wait before retrying with the same key"
+                            }
                         }
                     }
                 }
@@ -3638,6 +4010,40 @@ const docTemplate = `{
                         "suspended"
                     ],
                     "example": "active"
+                }
+            }
+        },
+        "CreateWebhookEndpointRequest": {
+            "type": "object",
+            "required": [
+                "url"
+            ],
+            "properties": {
+                "description": {
+                    "description": "Description: one line of printable text, at most 200 characters.",
+                    "type": "string",
+                    "example": "Order service"
+                },
+                "disabled": {
+                    "description": "Disabled: only false (or absent); a new endpoint is enabled.",
+                    "type": "boolean",
+                    "example": false
+                },
+                "events": {
+                    "description": "Events: the types to receive; empty or absent: all.",
+                    "type": "array",
+                    "items": {
+                        "type": "string"
+                    },
+                    "example": [
+                        "payment.succeeded",
+                        "payment.failed"
+                    ]
+                },
+                "url": {
+                    "description": "URL that receives the deliveries: https in production, and not a\nprivate, loopback or link-local address there.",
+                    "type": "string",
+                    "example": "https://shop.example.com/oncepay/webhooks"
                 }
             }
         },

@@ -163,6 +163,86 @@ func TestSpecIsValidOpenAPI(t *testing.T) {
 	}
 }
 
+// TestEveryRouteDocumentsWhatItsGuardsAnswer: the answers that come from
+// the middleware in front of a handler, not the handler, are documented on
+// every route behind it: merchant auth (401 invalid_token, 403
+// tenant_suspended), the rate limiter (429 rate_limited with Retry-After),
+// the idempotency guard (409 with Retry-After, 422
+// idempotency_key_mismatch, Idempotent-Replayed on a replayed success),
+// the server's body limit and refusal of compressed bodies (413, 415) on
+// every route that may carry a body, and the admin key (401 unauthorized).
+func TestEveryRouteDocumentsWhatItsGuardsAnswer(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec(t)
+	codesOf := func(r *openapi3.ResponseRef) []string {
+		mt := r.Value.Content.Get("application/problem+json")
+		if mt.Example != nil {
+			return []string{mt.Example.(map[string]any)["code"].(string)}
+		}
+		var out []string
+		for code := range mt.Examples {
+			out = append(out, code)
+		}
+		return out
+	}
+	requireCode := func(name string, op *openapi3.Operation, status int, code string, headers ...string) {
+		t.Helper()
+		r := op.Responses.Status(status)
+		require.NotNil(t, r, "%s does not document %d %s", name, status, code)
+		require.Contains(t, codesOf(r), code, "%s %d", name, status)
+		for _, h := range headers {
+			require.Contains(t, r.Value.Headers, h, "%s %d %s", name, status, h)
+		}
+	}
+	has := func(op *openapi3.Operation, scheme string) bool {
+		for _, req := range *op.Security {
+			if _, ok := req[scheme]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			mutating := method == http.MethodPost || method == http.MethodPatch || method == http.MethodDelete
+			if has(op, "BearerAuth") {
+				requireCode(name, op, 401, "invalid_token")
+				requireCode(name, op, 403, "tenant_suspended")
+				requireCode(name, op, 429, "rate_limited", "Retry-After")
+				requireCode(name, op, 500, "internal")
+			}
+			if has(op, "AdminKey") {
+				requireCode(name, op, 401, "unauthorized")
+			}
+			if mutating && (has(op, "BearerAuth") || has(op, "AdminKey") || has(op, "ClientBasic")) {
+				requireCode(name, op, 413, "body_too_large")
+				requireCode(name, op, 415, "unsupported_content_encoding")
+			}
+			if op.Parameters.GetByInAndName("header", "Idempotency-Key") != nil {
+				requireCode(name, op, 409, "idempotency_key_in_use", "Retry-After")
+				requireCode(name, op, 422, "idempotency_key_mismatch")
+				requireCode(name, op, 503, "unavailable", "Retry-After")
+				replayed := false
+				for code, r := range op.Responses.Map() {
+					if strings.HasPrefix(code, "2") && r.Value.Headers["Idempotent-Replayed"] != nil {
+						replayed = true
+					}
+				}
+				require.True(t, replayed, "%s: no success documents Idempotent-Replayed", name)
+			}
+		}
+	}
+
+	// Creating a webhook endpoint requires url (400 "url: is required"
+	// without it); an update requires nothing.
+	body := func(path, method string) *openapi3.Schema {
+		return spec.Paths.Find(path).GetOperation(method).RequestBody.Value.Content.Get("application/json").Schema.Value
+	}
+	require.Equal(t, []string{"url"}, body("/v1/webhook_endpoints", http.MethodPost).Required)
+	require.Empty(t, body("/v1/webhook_endpoints/{id}", http.MethodPatch).Required)
+}
+
 // TestSwagger2IsValid: swag's 2.0 source also parses.
 func TestSwagger2IsValid(t *testing.T) {
 	t.Parallel()

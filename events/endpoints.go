@@ -48,13 +48,31 @@ func (e *Endpoint) view() EndpointView {
 }
 
 // EndpointRequest is the body of a create (url required) or an update
-// (every field optional).
+// (every field optional). The create route documents its body as
+// CreateEndpointRequest; both decode into this type.
 type EndpointRequest struct {
 	URL         *string   `json:"url,omitempty" example:"https://shop.example.com/oncepay/webhooks"`
 	Events      *[]string `json:"events,omitempty" example:"payment.succeeded,payment.failed"`
 	Description *string   `json:"description,omitempty" example:"Order service"`
 	Disabled    *bool     `json:"disabled,omitempty" example:"false"`
 } // @name WebhookEndpointRequest
+
+// CreateEndpointRequest documents the body of POST /v1/webhook_endpoints:
+// EndpointRequest with url required (Service.check answers 400 "url: is
+// required" without it). It is never decoded into: the handler reads
+// EndpointRequest, so the wire behaviour is the update's fields with the
+// create's checks.
+type CreateEndpointRequest struct {
+	// URL that receives the deliveries: https in production, and not a
+	// private, loopback or link-local address there.
+	URL string `json:"url" example:"https://shop.example.com/oncepay/webhooks"`
+	// Events: the types to receive; empty or absent: all.
+	Events []string `json:"events,omitempty" example:"payment.succeeded,payment.failed"`
+	// Description: one line of printable text, at most 200 characters.
+	Description string `json:"description,omitempty" example:"Order service"`
+	// Disabled: only false (or absent); a new endpoint is enabled.
+	Disabled bool `json:"disabled,omitempty" example:"false"`
+} // @name CreateWebhookEndpointRequest
 
 func invalid(field, reason string) error {
 	return problem.Invalid(problem.FieldError{Field: field, Reason: reason})

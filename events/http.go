@@ -104,15 +104,20 @@ func decodeEndpoint(c *fiber.Ctx) (EndpointRequest, error) {
 // @Produce      application/problem+json
 // @Security     BearerAuth
 // @Param        Idempotency-Key header string true "One key per endpoint to create" minLength(1) maxLength(255) extensions(x-example=we-create-1)
-// @Param        request body EndpointRequest true "The endpoint"
+// @Param        request body CreateEndpointRequest true "The endpoint"
 // @Success      201 {object} EndpointView "created; secret shown once"
 // @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid: nothing created"
-// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "invalid_token"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use"
-// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Failure      503 {object} problem.Problem "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After"
+// @Header       201 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @ID           createWebhookEndpoint
 // @Router       /v1/webhook_endpoints [post]
 func (h *Handler) createEndpoint(c *fiber.Ctx) error {
@@ -146,8 +151,11 @@ type EndpointList struct {
 // @Success      200 {object} EndpointList
 // @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Header       429 {integer} Retry-After "seconds"
 // @ID           listWebhookEndpoints
 // @Router       /v1/webhook_endpoints [get]
 func (h *Handler) listEndpoints(c *fiber.Ctx) error {
@@ -201,9 +209,12 @@ func (h *Handler) endpointsOf(c *fiber.Ctx, m string) error {
 // @Success      200 {object} EndpointView
 // @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Header       429 {integer} Retry-After "seconds"
 // @ID           getWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [get]
 func (h *Handler) getEndpoint(c *fiber.Ctx) error {
@@ -237,13 +248,18 @@ func (h *Handler) getEndpoint(c *fiber.Ctx) error {
 // @Param        request body EndpointRequest true "What to change"
 // @Success      200 {object} EndpointView
 // @Failure      400 {object} problem.Problem "invalid_request, idempotency_key_missing, idempotency_key_invalid"
-// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use"
-// @Failure      422 {object} problem.Problem "idempotency_key_mismatch"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Failure      503 {object} problem.Problem "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After"
+// @Header       200 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @ID           updateWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [patch]
 func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
@@ -277,10 +293,17 @@ func (h *Handler) updateEndpoint(c *fiber.Ctx) error {
 // @Success      200 {object} Deleted
 // @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Failure      503 {object} problem.Problem "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After"
+// @Header       200 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @ID           deleteWebhookEndpoint
 // @Router       /v1/webhook_endpoints/{id} [delete]
 func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
@@ -315,10 +338,17 @@ func (h *Handler) deleteEndpoint(c *fiber.Ctx) error {
 // @Success      200 {object} EndpointView "rotated; the new secret shown once"
 // @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Failure      503 {object} problem.Problem "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After"
+// @Header       200 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @ID           rotateWebhookEndpointSecret
 // @Router       /v1/webhook_endpoints/{id}/rotate_secret [post]
 func (h *Handler) rotateSecret(c *fiber.Ctx) error {
@@ -360,9 +390,12 @@ type DeliveryPage struct {
 // @Success      200 {object} DeliveryPage
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "webhook_endpoint_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Header       429 {integer} Retry-After "seconds"
 // @ID           listWebhookDeliveries
 // @Router       /v1/webhook_endpoints/{id}/deliveries [get]
 func (h *Handler) deliveries(c *fiber.Ctx) error {
@@ -468,8 +501,11 @@ type EventBody struct {
 // @Success      200 {object} EventPage
 // @Failure      400 {object} problem.Problem "invalid_request"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Header       429 {integer} Retry-After "seconds"
 // @ID           listEvents
 // @Router       /v1/events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
@@ -517,9 +553,12 @@ func (h *Handler) list(c *fiber.Ctx) error {
 // @Success      200 {object} EventBody
 // @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "event_not_found"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Header       429 {integer} Retry-After "seconds"
 // @ID           getEvent
 // @Router       /v1/events/{id} [get]
 func (h *Handler) get(c *fiber.Ctx) error {
@@ -554,10 +593,17 @@ func (h *Handler) get(c *fiber.Ctx) error {
 // @Success      202 {object} Redelivery
 // @Failure      400 {object} problem.Problem "invalid_request (a body: the route takes none), idempotency_key_missing, idempotency_key_invalid"
 // @Failure      401 {object} problem.Problem "invalid_token"
+// @Failure      403 {object} problem.Problem "tenant_suspended"
 // @Failure      404 {object} problem.Problem "event_not_found"
-// @Failure      409 {object} problem.Problem "idempotency_key_in_use"
+// @Failure      409 {object} problem.Problem "idempotency_key_in_use: another request holds this key; retry after Retry-After"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed"
+// @Failure      422 {object} problem.Problem "idempotency_key_mismatch: the key was used with another method, route or body (compared by meaning: RFC 8785 canonical JSON)"
+// @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
+// @Failure      503 {object} problem.Problem "unavailable: nothing was done (the database could not be reached, or the gateway was too busy to take the request); retry with the same key after Retry-After"
+// @Header       202 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
+// @Header       409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"
 // @ID           redeliverEvent
 // @Router       /v1/events/{id}/redeliver [post]
 func (h *Handler) redeliver(c *fiber.Ctx) error {

@@ -204,10 +204,11 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 // @Param        request body ResolveRequest true "The decision"
 // @Success      200 {object} AdminView
 // @Failure      400 {object} problem.Problem "invalid_request"
-// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "payment_not_found"
 // @Failure      409 {object} ProviderDisagreesProblem "payment_final, payment_in_progress, provider_disagrees: already final; being worked on; or the provider's answer rules the resolution out"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "unavailable: the database could not be reached; retry after Retry-After"
 // @ID           adminResolvePayment
@@ -342,10 +343,11 @@ func errRefundNotFound() error {
 // @Param        request body ResolveRequest true "The decision"
 // @Success      200 {object} AdminRefund
 // @Failure      400 {object} problem.Problem "invalid_request"
-// @Failure      415 {object} problem.Problem "unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "refund_not_found"
 // @Failure      409 {object} ProviderDisagreesProblem "refund_final, refund_in_progress, provider_disagrees, provider_account_missing: already final; being worked on; the provider's answer rules the resolution out; or 'failed' for a refund whose provider account was removed (it cannot be asked)"
+// @Failure      413 {object} problem.Problem "body_too_large (over 1 MiB; nothing stored)"
+// @Failure      415 {object} problem.Problem "unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
 // @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: 'failed' waits for the provider's word (its amount would be refunded again); or the database could not be reached (Retry-After)"
 // @Header       503 {integer} Retry-After "seconds"

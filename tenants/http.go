@@ -226,10 +226,10 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Success		201		{object}	CreatedTenantResponse
 //	@Header			201		{string}	Location	"/admin/v1/tenants/{id}"
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
-//	@Failure		415		{object}	problem.Problem	"unsupported_media_type: a body labelled as something other than JSON"
+//	@Failure		415		{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
-//	@Failure		413		{object}	problem.Problem	"body_too_large"
-//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		413		{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
+//	@Failure		500		{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				createTenant
@@ -266,7 +266,7 @@ func (h *Handler) createTenant(c *fiber.Ctx) error {
 //	@Success		200		{object}	TenantListResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
-//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		500		{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				listTenants
@@ -310,7 +310,7 @@ func (h *Handler) listTenants(c *fiber.Ctx) error {
 //	@Failure		400	{object}	problem.Problem	"invalid_request: a query parameter (the route takes none)"
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
-//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		500	{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				getTenant
@@ -338,11 +338,11 @@ func (h *Handler) getTenant(c *fiber.Ctx) error {
 //	@Param			body	body		UpdateTenantRequest	true	"The changes"
 //	@Success		200		{object}	TenantResponse
 //	@Failure		400		{object}	problem.Problem	"invalid_request"
-//	@Failure		415		{object}	problem.Problem	"unsupported_media_type: a body labelled as something other than JSON"
+//	@Failure		415		{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
 //	@Failure		404		{object}	problem.Problem	"tenant_not_found"
-//	@Failure		413		{object}	problem.Problem	"body_too_large"
-//	@Failure		500		{object}	problem.Problem	"internal"
+//	@Failure		413		{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
+//	@Failure		500		{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				updateTenant
@@ -372,7 +372,9 @@ func (h *Handler) updateTenant(c *fiber.Ctx) error {
 //	@Success		201	{object}	CredentialsResponse
 //	@Failure		401	{object}	problem.Problem	"unauthorized"
 //	@Failure		404	{object}	problem.Problem	"tenant_not_found"
-//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		413	{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
+//	@Failure		415	{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed"
+//	@Failure		500	{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		AdminKey
 //	@ID				rotateCredentials
@@ -430,7 +432,9 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 //	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
 //	@Failure		401				{object}	problem.Problem	"invalid_client"
 //	@Failure		403				{object}	problem.Problem	"tenant_suspended"
-//	@Failure		500				{object}	problem.Problem	"internal"
+//	@Failure		413				{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
+//	@Failure		415				{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed"
+//	@Failure		500				{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Security		ClientBasic
 //	@x-security-optional	true
@@ -651,7 +655,7 @@ func ContextWithMerchant(ctx context.Context, merchantID string) context.Context
 //	@Failure		401	{object}	problem.Problem	"invalid_token"
 //	@Failure		403	{object}	problem.Problem	"tenant_suspended"
 //	@Failure		429	{object}	problem.Problem	"rate_limited (Retry-After)"
-//	@Failure		500	{object}	problem.Problem	"internal"
+//	@Failure		500	{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
 //	@Header			429	{integer}	Retry-After	"seconds"
 //	@Security		BearerAuth

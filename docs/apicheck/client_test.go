@@ -166,7 +166,7 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	// A webhook endpoint (its secret shown once), and the events of the
 	// payments above, newest first.
 	hook, err := m.CreateWebhookEndpointWithResponse(ctx, &oncepay.CreateWebhookEndpointParams{IdempotencyKey: uuid.NewString()},
-		oncepay.CreateWebhookEndpointJSONRequestBody{Url: ptr("http://127.0.0.1:9/hooks"), Events: &[]string{"payment.succeeded"}})
+		oncepay.CreateWebhookEndpointJSONRequestBody{Url: "http://127.0.0.1:9/hooks", Events: &[]string{"payment.succeeded"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, hook.StatusCode(), string(hook.Body))
 	require.True(t, strings.HasPrefix(*hook.JSON201.Secret, "whsec_"))
@@ -176,7 +176,7 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	require.Len(t, evs.JSON200.Data, 1)
 	require.Equal(t, oncepay.EventTypePaymentSucceeded, evs.JSON200.Data[0].Type)
 	badHook, err := m.CreateWebhookEndpointWithResponse(ctx, &oncepay.CreateWebhookEndpointParams{IdempotencyKey: uuid.NewString()},
-		oncepay.CreateWebhookEndpointJSONRequestBody{Url: ptr("ftp://nope")})
+		oncepay.CreateWebhookEndpointJSONRequestBody{Url: "ftp://nope"})
 	require.NoError(t, err)
 	require.Equal(t, "invalid_request", badHook.ApplicationproblemJSON400.Code)
 
