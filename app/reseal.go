@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/config"
 	"github.com/oncepay/gateway/events"
@@ -67,6 +68,17 @@ func Reseal(ctx context.Context, cfg config.Config, log *slog.Logger) (ResealRep
 	}
 	if rep.Answers, rep.UnreadableAnswers, err = idempotency.NewStore(db).SealWith(box).Reseal(ctx); err != nil {
 		return rep, fmt.Errorf("stored answers: %w", err)
+	}
+	// An operator's action like any other: what it rewrote, and what it
+	// found no key opens, in the audit log (counts and ids only).
+	err = audit.Record(ctx, db, audit.Change{Action: audit.MasterKeyResealed, TargetType: "master_key", TargetID: "master_key",
+		Command: true, After: map[string]any{
+			"provider_accounts": rep.Accounts, "webhook_endpoints": rep.Endpoints, "stored_answers": rep.Answers,
+			"unreadable_provider_accounts": rep.UnreadableAccounts, "unreadable_webhook_endpoints": rep.UnreadableEndpoints,
+			"unreadable_stored_answers": rep.UnreadableAnswers, "stale_client_secret_hashes": rep.StaleHashes,
+		}})
+	if err != nil {
+		return rep, fmt.Errorf("audit: %w", err)
 	}
 	return rep, nil
 }

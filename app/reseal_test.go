@@ -161,6 +161,17 @@ func TestRotateMasterKey(t *testing.T) {
 			out = reseal()
 			require.Contains(t, out, "provider_accounts=0 webhook_endpoints=0 stored_answers=0", "everything opens under B alone")
 			require.NotContains(t, p.Output(), "level=ERROR")
+
+			// Each run is an operator's action, in the audit log.
+			r := p.Do("GET", "/admin/v1/audit-events?action=master_key.resealed", nil, "Authorization", "Bearer "+apptest.AdminKey)
+			require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
+			runs := r.JSON(t)["data"].([]any)
+			require.Len(t, runs, 3)
+			first := runs[2].(map[string]any) // newest first
+			require.Equal(t, "operator:command", first["actor"])
+			require.EqualValues(t, 1, first["after"].(map[string]any)["provider_accounts"])
+			require.EqualValues(t, 1, first["after"].(map[string]any)["webhook_endpoints"])
+			require.NotContains(t, string(r.Body), "sk_test_rotation")
 		})
 	}
 }

@@ -3838,7 +3838,7 @@ const docTemplate = `{
                     "example": "tenant.suspended"
                 },
                 "actor": {
-                    "description": "Actor is admin (ADMIN_API_KEY), admin:previous_key\n(ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway\non its own).",
+                    "description": "Actor is admin (ADMIN_API_KEY), admin:previous_key\n(ADMIN_API_KEY_PREVIOUS, during a rotation), operator:command (an\noperator's gateway command, such as reseal) or system (the gateway\non its own).",
                     "type": "string",
                     "example": "admin"
                 },

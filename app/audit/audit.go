@@ -38,14 +38,18 @@ const (
 	PaymentResolutionRefused = "payment.resolution_refused"
 	RefundResolutionRefused  = "refund.resolution_refused"
 	EndpointDisabled         = "webhook_endpoint.disabled"
-	actorAdmin               = "admin"
-	actorAdminPrevious       = "admin:previous_key"
-	actorSystem              = "system"
-	maxNote                  = 1000
-	defaultLimit             = 50
-	maxLimit                 = 200
-	requestIDContextKey      = ctxKey("request_id")
-	previousKeyContextKey    = ctxKey("previous_admin_key")
+	// `gateway reseal` (a MASTER_KEY rotation's step 3), run by an
+	// operator beside the serving instances: every secret it rewrote.
+	MasterKeyResealed     = "master_key.resealed"
+	actorCommand          = "operator:command"
+	actorAdmin            = "admin"
+	actorAdminPrevious    = "admin:previous_key"
+	actorSystem           = "system"
+	maxNote               = 1000
+	defaultLimit          = 50
+	maxLimit              = 200
+	requestIDContextKey   = ctxKey("request_id")
+	previousKeyContextKey = ctxKey("previous_admin_key")
 )
 
 type ctxKey string
@@ -53,14 +57,15 @@ type ctxKey string
 // Actions lists every action, for validating a filter.
 var Actions = []string{TenantCreated, TenantUpdated, TenantSuspended, TenantReactivated,
 	CredentialsRotated, ProviderSecretsSet, PaymentResolved, RefundResolved, PaymentResolutionRefused,
-	RefundResolutionRefused, EndpointDisabled}
+	RefundResolutionRefused, EndpointDisabled, MasterKeyResealed}
 
 // Event is one row of audit_events.
 type Event struct {
 	ID string    `gorm:"primaryKey" json:"id" example:"aud_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
 	At time.Time `json:"at" format:"date-time" example:"2026-12-03T10:00:00Z"`
 	// Actor is admin (ADMIN_API_KEY), admin:previous_key
-	// (ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway
+	// (ADMIN_API_KEY_PREVIOUS, during a rotation), operator:command (an
+	// operator's gateway command, such as reseal) or system (the gateway
 	// on its own).
 	Actor      string `json:"actor" example:"admin"`
 	Action     string `json:"action" example:"tenant.suspended"`
@@ -104,6 +109,9 @@ type Change struct {
 	// System marks a change the gateway made on its own (actor "system"),
 	// not an operator's.
 	System bool
+	// Command marks a change an operator made with a gateway command
+	// (actor "operator:command"), not through the admin API.
+	Command bool
 }
 
 // Record writes the event of c in tx — the transaction of the change
@@ -131,6 +139,9 @@ func Record(ctx context.Context, tx *gorm.DB, c Change) error {
 	}
 	if c.System {
 		actor = actorSystem
+	}
+	if c.Command {
+		actor = actorCommand
 	}
 	db := tx.WithContext(ctx)
 	err = db.Exec(`INSERT INTO audit_events (id, at, actor, action, target_type, target_id, tenant_id, request_id, before, after, note)

@@ -665,7 +665,8 @@ type AuditEvent struct {
 	Action string `json:"action"`
 
 	// Actor Actor is admin (ADMIN_API_KEY), admin:previous_key
-	// (ADMIN_API_KEY_PREVIOUS, during a rotation) or system (the gateway
+	// (ADMIN_API_KEY_PREVIOUS, during a rotation), operator:command (an
+	// operator's gateway command, such as reseal) or system (the gateway
 	// on its own).
 	//
 	// Example: admin
