@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,6 +100,7 @@ func TestHostileInput(t *testing.T) {
 	basic := func(id, secret string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(id+":"+secret))
 	}
+	valid := string(pay(""))
 	bomb := gzipBomb(t, 64<<20, 2)
 	require.Less(t, len(bomb), 64<<10, "the bomb is small on the wire")
 
@@ -155,6 +157,10 @@ func TestHostileInput(t *testing.T) {
 		{name: "PathIDNUL", method: "GET", path: "/v1/payments/pay_%00", headers: []string{"Authorization", bearer}, status: 404, code: "payment_not_found"},
 		{name: "PathIDInvalidUTF8", method: "GET", path: "/v1/payments/%FF%FE", headers: []string{"Authorization", bearer}, status: 404, code: "payment_not_found"},
 		{name: "PathIDLong", method: "GET", path: "/v1/payments/pay_" + strings.Repeat("a", 2000), headers: []string{"Authorization", bearer}, status: 404, code: "payment_not_found"},
+		// A request smuggled inside another's body past a proxy that read
+		// the length the other way.
+		{name: "ContentLengthTwiceDiffering", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h40\r\nContent-Type: application/json\r\nContent-Length: 2\r\ncontent-length: " + strconv.Itoa(len(valid)) + "\r\nConnection: close\r\n\r\n" + valid, status: 400, code: "invalid_request"},
+		{name: "ContentLengthAndChunked", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h41\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + strconv.FormatInt(int64(len(valid)), 16) + "\r\n" + valid + "\r\n0\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "PathHuge", raw: "GET /v1/payments/pay_" + strings.Repeat("a", 10000) + " HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nConnection: close\r\n\r\n", oversized: true, status: 431, code: "headers_too_large"},
 		{name: "CursorNUL", method: "GET", path: "/v1/payments?cursor=%00", headers: []string{"Authorization", bearer}, status: 400, code: "invalid_request"},
 		{name: "CursorWithNULID", method: "GET", path: "/v1/payments?cursor=" + cursor("2026-12-03T10:00:00Z|pay_\x00"), headers: []string{"Authorization", bearer}, status: 400, code: "invalid_request"},

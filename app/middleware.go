@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -163,6 +164,42 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		}
 		log.LogAttrs(c.UserContext(), level, "request", attrs...)
 		return err
+	}
+}
+
+// refuseAmbiguousLength answers 400 to a request whose body's length two
+// HTTP parsers could read differently: Content-Length sent twice with
+// different values (invalid, RFC 9112 §6.3; fasthttp keeps the last, a
+// proxy in front may have kept the first), or beside Transfer-Encoding
+// (§6.1 lets a server refuse it). Either is how a request is smuggled
+// past a proxy inside another's body; no honest client sends one.
+func refuseAmbiguousLength() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		raw := c.Request().Header.RawHeaders()
+		var length []byte
+		lengths, chunked := 0, false
+		for len(raw) > 0 {
+			var line []byte
+			line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+			name, value, ok := bytes.Cut(line, []byte{':'})
+			switch {
+			case !ok:
+			case bytes.EqualFold(name, []byte(fiber.HeaderContentLength)):
+				v := bytes.TrimSpace(value)
+				if lengths > 0 && !bytes.Equal(v, length) {
+					return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
+						"Content-Length is sent twice with different values"))
+				}
+				length, lengths = v, lengths+1
+			case bytes.EqualFold(name, []byte(fiber.HeaderTransferEncoding)):
+				chunked = true
+			}
+		}
+		if chunked && lengths > 0 {
+			return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
+				"send Content-Length or Transfer-Encoding, not both"))
+		}
+		return c.Next()
 	}
 }
 
