@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -453,13 +455,14 @@ func plainToken(s string, n int) bool {
 }
 
 // printableText reports whether s is valid UTF-8 of at most n bytes with
-// no control characters.
+// no control characters: C0, DEL and C1 (U+009B starts a terminal escape,
+// U+0085 breaks a line, in a dashboard or a log as much as a NUL would).
 func printableText(s string, n int) bool {
 	if len(s) > n {
 		return false
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == 0xfffd {
+		if unicode.IsControl(r) || r == utf8.RuneError {
 			return false
 		}
 	}

@@ -88,7 +88,7 @@ func parseCreate(body []byte) (input, *problem.Problem) {
 	}
 	if in.Email == "" {
 		bad("email", "is required")
-	} else if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
+	} else if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || !printableText(in.Email, 254) {
 		bad("email", "must be a plain email address")
 	}
 	if in.PaymentMethod == "" {

@@ -514,7 +514,9 @@ func parseRetryAfter(v string) time.Duration {
 	}
 	var d time.Duration
 	if n, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(max(n, 0)) * time.Second
+		// Capped before the multiplication, which would wrap past the
+		// largest Duration (9223372037 seconds came out as no wait).
+		d = time.Duration(min(max(n, 0), int(maxRetryAfter/time.Second))) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = time.Until(t)
 	}
