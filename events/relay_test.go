@@ -18,6 +18,18 @@ import (
 	"github.com/oncepay/gateway/app/secretbox"
 )
 
+// relayService is a Service on db with an hour's retry schedule, logging
+// to logs.
+func relayService(t *testing.T, db *gorm.DB, logs io.Writer) *Service {
+	t.Helper()
+	box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
+	require.NoError(t, err)
+	s, err := New(context.Background(), Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	return s
+}
+
 // One relay run hands a busy merchant's whole backlog to the queue — not
 // one batch a run, which a merchant making more than relayBatch payments a
 // second would outrun for good — and the other merchants' events with it.
@@ -25,11 +37,7 @@ func TestARelayRunDrainsTheBacklog(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
-		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
-		require.NoError(t, err)
-		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		require.NoError(t, err)
+		s := relayService(t, db, io.Discard)
 		now := time.Now().UTC()
 		for _, m := range []string{"m1", "m2"} {
 			require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
@@ -92,11 +100,7 @@ func TestARedeliveryOfAWaitingDeliveryAddsNothing(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
-		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
-		require.NoError(t, err)
-		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		require.NoError(t, err)
+		s := relayService(t, db, io.Discard)
 		enqueue := func(endpoints ...string) {
 			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
 				return s.enqueue(ctx, tx, "m1", "evt_1", endpoints)
@@ -139,12 +143,8 @@ func TestADeliveryTheGatewayCannotMakeIsLoggedWhenGivenUp(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
-		box, err := secretbox.New(bytes.Repeat([]byte{7}, 32), "test")
-		require.NoError(t, err)
 		var logs bytes.Buffer
-		s, err := New(ctx, Config{DB: db, Box: box, Schedule: []time.Duration{time.Hour},
-			Log: slog.New(slog.NewTextHandler(&logs, nil))})
-		require.NoError(t, err)
+		s := relayService(t, db, &logs)
 		now := time.Now().UTC()
 		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
 VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
