@@ -3,12 +3,14 @@ package app
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/oncepay/gateway/app/database"
+	"github.com/oncepay/gateway/app/logthrottle"
 	"github.com/oncepay/gateway/app/problem"
 )
 
@@ -32,6 +34,9 @@ var fiberCodes = map[int]string{
 // rendered as is, Fiber's errors get their stable code, and anything else is
 // a 500 whose real cause is logged (with the request id) but never sent.
 func errorHandler(log *slog.Logger) fiber.ErrorHandler {
+	// An outage fails every request: its ERROR once a minute, with a count
+	// of the rest, says so without burying every other line.
+	outage := slog.New(logthrottle.New(log.Handler(), time.Minute, nil))
 	return func(c *fiber.Ctx, err error) error {
 		// No request id: the HTTP server refused the request before any
 		// middleware ran (a body over the limit, headers too large, bytes
@@ -78,8 +83,8 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 				"the request holds a value that cannot be stored (NUL bytes, invalid UTF-8, or out of range)"))
 		}
 		if database.Unavailable(err) {
-			log.ErrorContext(c.UserContext(), "database unavailable",
-				slog.String("request_id", problem.RequestID(c)), slog.String("path", c.Route().Path), slog.Any("error", err))
+			outage.ErrorContext(c.UserContext(), "database unavailable",
+				slog.String("request_id", problem.RequestID(c)), slog.String("path", c.Path()), slog.Any("error", err))
 			return problem.Write(c, problem.New(fiber.StatusServiceUnavailable, "unavailable",
 				"the gateway could not reach its database; retry later").WithRetryAfter(2))
 		}

@@ -762,7 +762,11 @@ func checkURL(raw string, production bool) error {
 // queue, and delivery jobs not yet finished (waiting, retrying, running).
 type Backlog struct {
 	Depth int64
-	// OldestAge is how long the oldest of them has waited (0: none).
+	// OldestAge is how long the longest-waiting delivery that could go now
+	// has waited (0: none): an event not yet handed to the queue, since it
+	// was made, or a job due to run, since it fell due. A retry waiting
+	// for its time (one merchant's endpoint down for hours) is not a
+	// stalled queue, and pages nobody.
 	OldestAge time.Duration
 }
 
@@ -770,20 +774,28 @@ type Backlog struct {
 func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
 	db := s.cfg.DB.WithContext(ctx)
 	var row struct {
-		N   int64
-		Age *float64
+		N         int64
+		JobAge    *float64
+		UnhandAge *float64
 	}
-	age := dbclock.SecondsSince(db, "min(created_at)")
-	err := db.Raw(`SELECT count(*) AS n, `+age.SQL+` AS age FROM (
-  SELECT created_at FROM river_job WHERE queue = ? AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-  UNION ALL
-  SELECT created_at FROM events WHERE enqueued_at IS NULL) backlog`, append(age.Vars, queue)...).Scan(&row).Error
+	// Each source's age by its own column: River and the gateway write
+	// times differently on SQLite, where a min() across both would compare
+	// text.
+	jobAge := dbclock.SecondsSince(db, "min(scheduled_at)")
+	unhandAge := dbclock.SecondsSince(db, "min(created_at)")
+	err := db.Raw(`SELECT
+  (SELECT count(*) FROM river_job WHERE queue = ? AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+    + (SELECT count(*) FROM events WHERE enqueued_at IS NULL) AS n,
+  (SELECT `+jobAge.SQL+` FROM river_job WHERE queue = ? AND state = 'available') AS job_age,
+  (SELECT `+unhandAge.SQL+` FROM events WHERE enqueued_at IS NULL) AS unhand_age`, queue, queue).Scan(&row).Error
 	if err != nil {
 		return Backlog{}, fmt.Errorf("events: backlog: %w", err)
 	}
 	b := Backlog{Depth: row.N}
-	if row.Age != nil && *row.Age > 0 {
-		b.OldestAge = time.Duration(*row.Age * float64(time.Second))
+	for _, age := range []*float64{row.JobAge, row.UnhandAge} {
+		if age != nil && *age > 0 {
+			b.OldestAge = max(b.OldestAge, time.Duration(*age*float64(time.Second)))
+		}
 	}
 	return b, nil
 }

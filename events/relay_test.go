@@ -171,3 +171,43 @@ VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed unde
 		require.Contains(t, logs.String(), "level=ERROR")
 	})
 }
+
+// The backlog's age is a stalled queue's, not a dead endpoint's: an event
+// not yet handed over counts from when it was made, a job due to run from
+// when it fell due, and a job waiting for its retry not at all (one
+// merchant's endpoint down for a day must not page anyone). On both
+// stores.
+func TestTheBacklogsAgeIsWhatCouldGoNow(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		s := relayService(t, db, io.Discard)
+		now := time.Now().UTC()
+		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
+VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
+		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
+VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), now, now).Error)
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			return NewEmitter(nil).Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: map[string]any{"id": "pay_1"}})
+		}))
+		require.NoError(t, db.Exec("UPDATE events SET created_at = ?", now.Add(-10*time.Minute)).Error)
+		b, err := s.Backlog(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), b.Depth)
+		require.InDelta(t, 600, b.OldestAge.Seconds(), 60, "an event the relay has not handed over")
+
+		require.NoError(t, s.Relay(ctx))
+		require.NoError(t, db.Exec("UPDATE river_job SET state = 'retryable', scheduled_at = ?, created_at = ? WHERE queue = ?",
+			now.Add(time.Hour), now.Add(-24*time.Hour), queue).Error)
+		b, err = s.Backlog(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), b.Depth)
+		require.Zero(t, b.OldestAge, "a retry waiting for its time is no stall")
+
+		require.NoError(t, db.Exec("UPDATE river_job SET state = 'available', scheduled_at = ? WHERE queue = ?",
+			now.Add(-5*time.Minute), queue).Error)
+		b, err = s.Backlog(ctx)
+		require.NoError(t, err)
+		require.InDelta(t, 300, b.OldestAge.Seconds(), 60, "due five minutes ago and not taken")
+	})
+}

@@ -762,8 +762,10 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "reversed").ProviderReference, providers.OutcomeSucceeded))
 		require.NoError(t, ps.Reverse(ledgerByKey(t, g, m.ID, "reversed").ProviderReference))
 		due(t, g)
-		require.Contains(t, g.Logs.String(), "has been reversed at the provider")
-		require.Zero(t, errorsAbout(g, id, "resolved as succeeded"), "it was charged: not the no-charge ERROR")
+		// A person must settle it with the merchant: an ERROR, but not the
+		// no-charge one.
+		require.Equal(t, 1, errorsAbout(g, id, "has been reversed at the provider"), g.Logs.String())
+		require.Zero(t, errorsAbout(g, id, "has no charge"), "it was charged: not the no-charge ERROR")
 		require.False(t, watched(t, g, m, "reversed"), "final at the provider: the watch ends")
 	})
 

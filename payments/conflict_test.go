@@ -53,6 +53,15 @@ func TestAnotherChargeUnderTheReferenceSettlesNothing(t *testing.T) {
 	sweep(t, g)
 	require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "taken").Status, "by the sweeper")
 	require.Contains(t, g.Logs.String(), "for another amount or currency", "someone is told")
+	// Once an hour, not at every look: two webhooks, a GET and a sweep
+	// found it.
+	errors := 0
+	for _, l := range strings.Split(g.Logs.String(), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) && strings.Contains(l, "for another amount or currency") {
+			errors++
+		}
+	}
+	require.Equal(t, 1, errors, g.Logs.String())
 
 	dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
 	ageKeys(t, g, time.Hour)

@@ -136,7 +136,7 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 		s.cfg.Log.InfoContext(ctx, "a payment an operator resolved as failed was charged and has been reversed at the provider since; nothing is owed",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider)
 	case err == nil && res.Reversed && p.AmountRefunded == 0:
-		s.cfg.Log.WarnContext(ctx, "a payment an operator resolved as succeeded has been reversed at the provider (refunded or charged back there); settle it with the merchant",
+		s.cfg.Log.ErrorContext(ctx, "a payment an operator resolved as succeeded has been reversed at the provider (refunded or charged back there); settle it with the merchant",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "amount", p.Amount, "currency", p.Currency)
 	case err != nil || (res.Outcome == providers.OutcomePending && !res.Reversed):
 		if s.now().Sub(p.UpdatedAt) < resolutionWatch {

@@ -639,7 +639,7 @@ func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Clai
 		return "", errors.Join(cause, err)
 	case flagged:
 		// An error: a person must act (README: the review queue).
-		s.cfg.Log.ErrorContext(ctx, "refund requires review: provider outcome unknown past REVIEW_AFTER",
+		s.cfg.Log.ErrorContext(ctx, "refund requires review: the provider gave no final outcome (pending, not found yet, or could not be asked) within REVIEW_AFTER",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider)
 	}
 	return Review, cause

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -87,6 +88,32 @@ type Service struct {
 	// or the gateway is worth a WARN, but anyone can post unsigned
 	// requests to the route.
 	unsigned *slog.Logger
+	// conflicts are the payments a charge under their reference for
+	// another amount was reported about (ours).
+	conflicts told
+}
+
+// told remembers, for an hour, the payments an ERROR was raised about: a
+// condition every sweep and webhook finds again tells a person once an
+// hour on each instance, not at every look (720 lines a day a payment).
+type told struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// first reports whether id was not told about in the hour before now,
+// and notes it as told.
+func (t *told) first(id string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if at, ok := t.at[id]; ok && now.Sub(at) < time.Hour {
+		return false
+	}
+	if t.at == nil || len(t.at) >= 10_000 {
+		t.at = map[string]time.Time{} // bounded: at worst, told again
+	}
+	t.at[id] = now
+	return true
 }
 
 // NewService wires a service.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -208,8 +209,12 @@ func (s *Service) ours(ctx context.Context, p *Payment, res providers.Result, er
 		(res.Amount == p.Amount && strings.EqualFold(res.Currency, p.Currency)) {
 		return res, err
 	}
-	s.cfg.Log.ErrorContext(ctx, "the provider's charge under this payment's reference is for another amount or currency; not settled by it",
-		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "amount", p.Amount, "currency", p.Currency,
+	level := slog.LevelError
+	if !s.conflicts.first(p.ID, time.Now()) {
+		level = slog.LevelInfo // told within the hour
+	}
+	s.cfg.Log.Log(ctx, level, "the provider's charge under this payment's reference is for another amount or currency; not settled by it",
+		"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", p.IdempotencyKey, "provider", p.Provider, "amount", p.Amount, "currency", p.Currency,
 		"provider_amount", res.Amount, "provider_currency", res.Currency, "provider_outcome", string(res.Outcome))
 	return providers.Result{}, fmt.Errorf("payments: lookup of %s: %w: %w", p.ID, providers.ErrUnknown, providers.ErrReferenceConflict)
 }
@@ -242,7 +247,7 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 		p.Status = StatusRequiresReview
 		s.observe(p)
 		// An error: a person must act (README: the review queue).
-		s.cfg.Log.ErrorContext(ctx, "payment requires review: provider outcome unknown past REVIEW_AFTER",
+		s.cfg.Log.ErrorContext(ctx, "payment requires review: the provider gave no final outcome (pending, not found yet, or could not be asked) within REVIEW_AFTER",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
 		result = Review
 	} else {

@@ -236,7 +236,7 @@ func (m *Metrics) WatchBacklog(measure func(context.Context) (events.Backlog, er
 		depth: prometheus.NewDesc(Namespace+"_webhooks_queue_depth",
 			"Events and webhook deliveries not yet delivered (not yet queued, waiting, retrying or running).", nil, nil),
 		oldest: prometheus.NewDesc(Namespace+"_webhooks_oldest_pending_seconds",
-			"Age of the oldest of them (0 when there is none).", nil, nil)})
+			"How long the longest-waiting delivery that could go now has waited: an event not yet queued since it was made, a job due to run since it fell due (0 when there is none; a retry waiting for its time does not count).", nil, nil)})
 }
 
 type backlogCollector struct {
