@@ -292,9 +292,16 @@ func TestAdminRequestsGetTheGatewaysOwnID(t *testing.T) {
 	t.Parallel()
 	logs := &apptest.SyncBuffer{}
 	a := newApp(t, logs)
+	// Fiber routes paths case-insensitively: /ADMIN/ is the admin API too.
+	upper := httptest.NewRequest("GET", "/ADMIN/v1/tenants", nil)
+	upper.Header.Set("X-Request-ID", "req-of-someone-else")
+	resp, err := a.Fiber().Test(upper, -1)
+	require.NoError(t, err)
+	_, err = uuid.Parse(resp.Header.Get("X-Request-ID"))
+	require.NoError(t, err, "a generated id under /ADMIN/")
 	req := httptest.NewRequest("GET", "/admin/v1/tenants", nil)
 	req.Header.Set("X-Request-ID", "req-of-someone-else")
-	resp, err := a.Fiber().Test(req, -1)
+	resp, err = a.Fiber().Test(req, -1)
 	require.NoError(t, err)
 	id := resp.Header.Get("X-Request-ID")
 	_, err = uuid.Parse(id)

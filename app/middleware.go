@@ -42,7 +42,7 @@ func requestID() fiber.Handler {
 		// id outlives the handler in stored replays and logs.
 		sent := utils.CopyString(c.Get(fiber.HeaderXRequestID))
 		id := sent
-		if !validRequestID(sent) || strings.HasPrefix(c.Path(), "/admin/") {
+		if !validRequestID(sent) || adminPath(c.Path()) {
 			id = uuid.NewString()
 			if sent != "" {
 				c.Locals(refusedRequestIDKey{}, loggableRequestID(sent))
@@ -52,6 +52,13 @@ func requestID() fiber.Handler {
 		c.Set(fiber.HeaderXRequestID, id)
 		return c.Next()
 	}
+}
+
+// adminPath reports whether path is under /admin/, in any case: Fiber
+// routes paths case-insensitively, so /ADMIN/v1/tenants is the same route.
+func adminPath(path string) bool {
+	const prefix = "/admin/"
+	return len(path) >= len(prefix) && strings.EqualFold(path[:len(prefix)], prefix)
 }
 
 // validRequestID: 1 to maxRequestIDLen visible ASCII characters (0x21-0x7E).

@@ -35,6 +35,10 @@ type ResealReport struct {
 // nothing that opens still needs it.
 func (r ResealReport) Retirable() bool { return r.StaleHashes == 0 }
 
+// firstOf is at most the first 100 of ids, for an audit row: the command's
+// own output lists them all.
+func firstOf(ids []string) []string { return ids[:min(len(ids), 100)] }
+
 // Reseal seals, under MASTER_KEY, every secret the gateway keeps that
 // MASTER_KEY_PREVIOUS sealed, for the second step of a key rotation
 // (README, "Rotating MASTER_KEY"). It runs beside serving instances, on
@@ -74,7 +78,7 @@ func Reseal(ctx context.Context, cfg config.Config, log *slog.Logger) (ResealRep
 	err = audit.Record(ctx, db, audit.Change{Action: audit.MasterKeyResealed, TargetType: "master_key", TargetID: "master_key",
 		Command: true, After: map[string]any{
 			"provider_accounts": rep.Accounts, "webhook_endpoints": rep.Endpoints, "stored_answers": rep.Answers,
-			"unreadable_provider_accounts": rep.UnreadableAccounts, "unreadable_webhook_endpoints": rep.UnreadableEndpoints,
+			"unreadable_provider_accounts": firstOf(rep.UnreadableAccounts), "unreadable_webhook_endpoints": firstOf(rep.UnreadableEndpoints),
 			"unreadable_stored_answers": rep.UnreadableAnswers, "stale_client_secret_hashes": rep.StaleHashes,
 		}})
 	if err != nil {

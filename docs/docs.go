@@ -1289,7 +1289,7 @@ const docTemplate = `{
                         "ClientBasic": []
                     }
                 ],
-                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic ` + "`" + `client_id:client_secret` + "`" + ` (client_secret_basic, the ClientBasic scheme), or ` + "`" + `client_id` + "`" + ` and ` + "`" + `client_secret` + "`" + ` in this form (client_secret_post); both at once is 400 ` + "`" + `invalid_request` + "`" + `. Send ` + "`" + `grant_type=client_credentials` + "`" + `. The token is a short-lived JWT for the merchant API (` + "`" + `Authorization: Bearer` + "`" + ` followed by the token); fetch a new one before ` + "`" + `expires_in` + "`" + ` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose ` + "`" + `error` + "`" + ` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own ` + "`" + `code` + "`" + `.",
+                "description": "OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic ` + "`" + `client_id:client_secret` + "`" + ` (client_secret_basic, the ClientBasic scheme), or ` + "`" + `client_id` + "`" + ` and ` + "`" + `client_secret` + "`" + ` in this form (client_secret_post); both at once is 400 ` + "`" + `invalid_request` + "`" + `. Send ` + "`" + `grant_type=client_credentials` + "`" + `. The token is a short-lived JWT for the merchant API (` + "`" + `Authorization: Bearer` + "`" + ` followed by the token); fetch a new one before ` + "`" + `expires_in` + "`" + ` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose ` + "`" + `error` + "`" + ` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own ` + "`" + `code` + "`" + `.",
                 "consumes": [
                     "application/x-www-form-urlencoded"
                 ],
@@ -1580,7 +1580,7 @@ const docTemplate = `{
                         "BearerAuth": []
                     }
                 ],
-                "description": "Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.",
+                "description": "Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in ` + "`" + `in_flight` + "`" + `: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -4257,16 +4257,22 @@ const docTemplate = `{
             "type": "object",
             "required": [
                 "endpoints",
-                "event_id"
+                "event_id",
+                "in_flight"
             ],
             "properties": {
                 "endpoints": {
+                    "description": "Endpoints is how many endpoints take the event now; InFlight how\nmany of them got no new delivery, their delivery of it still waiting\nor running (redeliver again once it has ended, if it failed).",
                     "type": "integer",
                     "example": 1
                 },
                 "event_id": {
                     "type": "string",
                     "example": "evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+                },
+                "in_flight": {
+                    "type": "integer",
+                    "example": 0
                 }
             }
         },

@@ -349,7 +349,7 @@ func (s *Service) relayMerchant(ctx context.Context, m string) (n int, err error
 				}
 			}
 		}
-		if err := s.insertJobs(ctx, tx, jobs); err != nil {
+		if _, err := s.insertJobs(ctx, tx, jobs); err != nil {
 			return err
 		}
 		n = len(evs)
@@ -365,18 +365,26 @@ type riverParams = river.InsertManyParams
 
 // insertJobs puts delivery jobs in the queue in tx, the caller's
 // transaction: they exist exactly if it commits.
-func (s *Service) insertJobs(ctx context.Context, tx *gorm.DB, jobs []riverParams) error {
+// It reports how many were not inserted because the same delivery already
+// waits or runs (waitingOnce).
+func (s *Service) insertJobs(ctx context.Context, tx *gorm.DB, jobs []riverParams) (waiting int, err error) {
 	if len(jobs) == 0 {
-		return nil
+		return 0, nil
 	}
 	sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
 	if !ok {
-		return errors.New("events: enqueue: not a database/sql transaction")
+		return 0, errors.New("events: enqueue: not a database/sql transaction")
 	}
-	if _, err := s.river.InsertManyTx(ctx, sqlTx, jobs); err != nil {
-		return fmt.Errorf("events: enqueue: %w", err)
+	res, err := s.river.InsertManyTx(ctx, sqlTx, jobs)
+	if err != nil {
+		return 0, fmt.Errorf("events: enqueue: %w", err)
 	}
-	return nil
+	for _, r := range res {
+		if r.UniqueSkippedAsDuplicate {
+			waiting++
+		}
+	}
+	return waiting, nil
 }
 
 func (s *Service) job(merchantID, eventID, endpointID string) river.InsertManyParams {

@@ -300,8 +300,12 @@ func (s *Service) RotateSecret(ctx context.Context, keys *idempotency.Store, cla
 // Redelivery is the answer of a redeliver: the event, and how many
 // endpoints it was enqueued to.
 type Redelivery struct {
-	EventID   string `json:"event_id" example:"evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
-	Endpoints int    `json:"endpoints" example:"1"`
+	EventID string `json:"event_id" example:"evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0"`
+	// Endpoints is how many endpoints take the event now; InFlight how
+	// many of them got no new delivery, their delivery of it still waiting
+	// or running (redeliver again once it has ended, if it failed).
+	Endpoints int `json:"endpoints" example:"1"`
+	InFlight  int `json:"in_flight" example:"0"`
 } // @name EventRedelivery
 
 // Redeliver enqueues an event again to every endpoint that takes it now.
@@ -324,16 +328,19 @@ func (s *Service) Redeliver(ctx context.Context, keys *idempotency.Store, claim 
 				jobs = append(jobs, ep.ID)
 			}
 		}
-		if err := s.enqueue(ctx, tx, merchantID, ev.ID, jobs); err != nil {
+		inFlight, err := s.enqueue(ctx, tx, merchantID, ev.ID, jobs)
+		if err != nil {
 			return idempotency.Response{}, err
 		}
-		return answer(fiber.StatusAccepted, Redelivery{EventID: ev.ID, Endpoints: len(jobs)})
+		return answer(fiber.StatusAccepted, Redelivery{EventID: ev.ID, Endpoints: len(jobs), InFlight: inFlight})
 	})
 }
 
-func (s *Service) enqueue(ctx context.Context, tx *gorm.DB, merchantID, eventID string, endpointIDs []string) error {
+// enqueue queues the event's delivery to each endpoint and reports how
+// many already had one waiting or running (insertJobs).
+func (s *Service) enqueue(ctx context.Context, tx *gorm.DB, merchantID, eventID string, endpointIDs []string) (int, error) {
 	if len(endpointIDs) == 0 {
-		return nil
+		return 0, nil
 	}
 	jobs := make([]riverParams, 0, len(endpointIDs))
 	for _, id := range endpointIDs {

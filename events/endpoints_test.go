@@ -200,6 +200,7 @@ func TestRedeliverSendsTheSameEventAgain(t *testing.T) {
 	r := g.Do("POST", "/v1/events/"+evID+"/redeliver", nil, auth(m, "Idempotency-Key", "re-1")...)
 	require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
 	require.Equal(t, float64(1), r.JSON(t)["endpoints"])
+	require.Equal(t, float64(0), r.JSON(t)["in_flight"], "the first delivery was done")
 	waitFor(t, "the redelivery", func() bool { return len(rcv.got()) == 2 })
 	require.Equal(t, evID, rcv.got()[1].Header.Get("webhook-id"), "the same webhook-id, so the receiver dedupes it")
 	require.Equal(t, string(rcv.got()[0].Body), string(rcv.got()[1].Body))

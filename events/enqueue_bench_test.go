@@ -74,7 +74,8 @@ VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), n
 					if err := em.Emit(ctx, tx, p); err != nil {
 						return err
 					}
-					return s.insertJobs(ctx, tx, []riverParams{s.job("m1", "evt_"+p.ObjectID, "we_1")})
+					_, err := s.insertJobs(ctx, tx, []riverParams{s.job("m1", "evt_"+p.ObjectID, "we_1")})
+					return err
 				})
 				if err != nil {
 					b.Error(err)

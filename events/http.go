@@ -583,7 +583,7 @@ func (h *Handler) get(c *fiber.Ctx) error {
 
 // redeliver godoc
 // @Summary      Redeliver an event
-// @Description  Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
+// @Description  Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in `in_flight`: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.
 // @Tags         webhooks
 // @Produce      json
 // @Produce      application/problem+json

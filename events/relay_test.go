@@ -101,22 +101,24 @@ func TestARedeliveryOfAWaitingDeliveryAddsNothing(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
 		s := relayService(t, db, io.Discard)
-		enqueue := func(endpoints ...string) {
-			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-				return s.enqueue(ctx, tx, "m1", "evt_1", endpoints)
+		enqueue := func(endpoints ...string) (inFlight int) {
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) (err error) {
+				inFlight, err = s.enqueue(ctx, tx, "m1", "evt_1", endpoints)
+				return err
 			}))
+			return inFlight
 		}
 		jobs := func() (n int64) {
 			require.NoError(t, db.Table("river_job").Where("queue = ?", queue).Count(&n).Error)
 			return n
 		}
-		enqueue("we_1", "we_2")
+		require.Zero(t, enqueue("we_1", "we_2"))
 		for range 5 {
-			enqueue("we_1", "we_2")
+			require.Equal(t, 2, enqueue("we_1", "we_2"), "told: both still in flight")
 		}
 		require.Equal(t, int64(2), jobs(), "one per endpoint while it waits")
 		require.NoError(t, db.Exec("UPDATE river_job SET state = 'completed', finalized_at = ? WHERE queue = ?", time.Now().UTC(), queue).Error)
-		enqueue("we_1")
+		require.Zero(t, enqueue("we_1"))
 		require.Equal(t, int64(3), jobs(), "delivered: a redelivery goes again")
 	})
 }

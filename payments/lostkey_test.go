@@ -165,3 +165,29 @@ func oldReleasedRefundWaits(t *testing.T, opts ...apptest.Option) {
 	require.Equal(t, 1, ps.Refunds(ref), "sent again once the recheck confirmed none")
 	require.EqualValues(t, 1500, amountRefunded(t, g, m, paymentID))
 }
+
+// A released refund's recheck that gets no turn at the provider's pace
+// (SWEEP_PROVIDER_RATE) asked nothing: it is looked at again later, and is
+// not "given up" as a provider that could not be asked since REVIEW_AFTER.
+func TestARecheckWithoutATurnIsNotGivenUp(t *testing.T) {
+	t.Parallel()
+	ps, g, m, paymentID := paidAtPaystack(t, apptest.Env("SWEEP_PROVIDER_RATE", "0.0003")) // one look an hour
+	ps.FailNextPost(http.StatusGatewayTimeout)
+	lost := refundOf(g, m, paymentID, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, "%s", lost.Body)
+	refundID := lost.JSON(t)["id"].(string)
+	ageKeys(t, g, 2*time.Hour)
+	sweep(t, g) // the hour's one look: not at Paystack, released
+	require.Equal(t, "not_processed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["failure_code"])
+	db := g.App.DB()
+	dbtest.Age(t, db, 25*time.Hour, "refunds", "created_at", "updated_at") // past REVIEW_AFTER
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+
+	c := sweep(t, g)
+	require.Zero(t, c.Errors, "%+v", c)
+	require.NotContains(t, g.Logs.String(), "refund recheck given up")
+	var due []struct{ RecheckAt time.Time }
+	require.NoError(t, db.Table("refund_rechecks").Select("recheck_at").Scan(&due).Error)
+	require.Len(t, due, 1, "still to be looked at")
+	require.True(t, due[0].RecheckAt.After(time.Now()), "later")
+}

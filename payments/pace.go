@@ -2,6 +2,8 @@ package payments
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -61,5 +63,15 @@ func (s *Service) pace(ctx context.Context, provider string, leaseEnds time.Time
 		ctx, cancel = context.WithDeadline(ctx, leaseEnds.Add(-s.cfg.Lease/2))
 		defer cancel()
 	}
-	return s.pacer.wait(ctx, provider)
+	if err := s.pacer.wait(ctx, provider); err != nil {
+		return fmt.Errorf("%w: %w", errNoTurn, err)
+	}
+	return nil
 }
+
+// errNoTurn is the pacer's refusal: this instance's SWEEP_PROVIDER_RATE
+// had no turn for the work within its lease. Nothing was asked, so it says
+// nothing about the provider: a recheck refused it is looked at again
+// soon, and never counted as a provider that could not be asked (which,
+// past REVIEW_AFTER, reinstates a payment or gives a refund's recheck up).
+var errNoTurn = errors.New("payments: no turn at the provider's pace within the lease")

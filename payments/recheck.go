@@ -86,6 +86,8 @@ func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settl
 	}
 	res, err := s.lookup(ctx, &p)
 	switch {
+	case errors.Is(err, errNoTurn):
+		return later(Pending, s.cfg.StaleAfter)
 	case res.Outcome.Final() && err == nil:
 		return s.reopen(ctx, &p, res)
 	case res.Outcome == providers.OutcomeNotFound && err == nil:
@@ -124,6 +126,8 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 	res, err := s.lookup(ctx, &p)
 	next := time.Duration(0) // the watch ends
 	switch {
+	case errors.Is(err, errNoTurn):
+		next, err = s.cfg.StaleAfter, nil
 	case errors.Is(err, providers.ErrReferenceConflict):
 		// The reference holds another charge (logged): the provider can
 		// never tell about this one.

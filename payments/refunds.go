@@ -857,6 +857,9 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 	}
 	rctx, cancel := s.recordContext(ctx)
 	defer cancel()
+	if errors.Is(err, errNoTurn) {
+		return Pending, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, s.cfg.StaleAfter, r.recheckTaken)
+	}
 	if err != nil && s.now().Sub(r.UpdatedAt) < s.cfg.ReviewAfter {
 		return Pending, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, s.cfg.StaleAfter, r.recheckTaken))
 	}
@@ -888,6 +891,8 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 	}
 	next := time.Duration(0) // the watch ends
 	switch {
+	case errors.Is(err, errNoTurn):
+		next, err = s.cfg.StaleAfter, nil
 	case err == nil && res.Outcome == providers.OutcomePending && res.RefundID != "" && r.Status == RefundFailed:
 		// The provider has the refund after all, in flight: ResolveRefund
 		// would have refused "failed" for it, and it is usually paid out.

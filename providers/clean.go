@@ -65,7 +65,10 @@ func (r Result) Clean() (Result, []string) {
 		r.FailureCode, r.FailureMessage, dropped = genericDecline, genericDeclineMessage, append(dropped, "failure_code")
 	}
 	if !message(r.FailureMessage) {
-		r.FailureMessage, dropped = genericDeclineMessage, append(dropped, "failure_message")
+		r.FailureMessage, dropped = "", append(dropped, "failure_message")
+		if r.Outcome == OutcomeFailed {
+			r.FailureMessage = genericDeclineMessage
+		}
 	}
 	if !Token(r.Currency) {
 		// Compared with the payment's, never stored: one that is not a
@@ -85,7 +88,10 @@ func (r RefundResult) Clean() (RefundResult, []string) {
 		r.FailureCode, r.FailureMessage, dropped = genericRefusal, genericRefusalMessage, append(dropped, "failure_code")
 	}
 	if !message(r.FailureMessage) {
-		r.FailureMessage, dropped = genericRefusalMessage, append(dropped, "failure_message")
+		r.FailureMessage, dropped = "", append(dropped, "failure_message")
+		if r.Outcome == OutcomeFailed {
+			r.FailureMessage = genericRefusalMessage
+		}
 	}
 	return r, dropped
 }

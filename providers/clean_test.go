@@ -40,6 +40,9 @@ func TestCleanResult(t *testing.T) {
 		{"a currency with a NUL matches nothing",
 			providers.Result{Outcome: providers.OutcomeSucceeded, Currency: "US\x00"},
 			providers.Result{Outcome: providers.OutcomeSucceeded}, nil},
+		{"a success's message that cannot be kept is no decline's",
+			providers.Result{Outcome: providers.OutcomeSucceeded, FailureMessage: "x\x00"},
+			providers.Result{Outcome: providers.OutcomeSucceeded}, []string{"failure_message"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, dropped := tc.in.Clean()

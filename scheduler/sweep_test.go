@@ -481,7 +481,9 @@ func TestASweepersLookupEndsWithItsLease(t *testing.T) {
 // A recheck's turn at a paced provider must come within the lease
 // DueRechecks took on it, as a key's does: one still waiting when it ends
 // is taken again (by the run's next batch or another instance) and looked
-// up twice. Past the lease the recheck is left for later, asking nothing.
+// up twice. Past the lease the recheck is left for SWEEP_STALE_AFTER,
+// asking nothing — and since nothing was asked it is no provider failure:
+// not an error, and a payment past REVIEW_AFTER is not reinstated for it.
 func TestRechecksArePacedWithinTheirLease(t *testing.T) {
 	t.Parallel()
 	fake := newFake(func(context.Context, string) (providers.Result, error) {
@@ -494,7 +496,7 @@ func TestRechecksArePacedWithinTheirLease(t *testing.T) {
 	})
 	var rows []stuck
 	for i := range 3 {
-		rows = append(rows, stuck{merchant: "ten_r", key: fmt.Sprintf("k-%d", i), age: 2 * time.Hour,
+		rows = append(rows, stuck{merchant: "ten_r", key: fmt.Sprintf("k-%d", i), age: 25 * time.Hour, // past REVIEW_AFTER
 			leaseLeft: -time.Hour, payment: status(payments.StatusFailed), failureCode: payments.FailureNotProcessed})
 	}
 	seed(t, db, rows)
@@ -507,8 +509,9 @@ func TestRechecksArePacedWithinTheirLease(t *testing.T) {
 	defer cancel()
 	c, err := scheduler.NewSweeper(in.config(10)).RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, scheduler.Counts{Confirmed: 1, Pending: 2, Errors: 2}, c)
+	require.Equal(t, scheduler.Counts{Confirmed: 1, Pending: 2}, c)
 	lookups, _ := fake.counts()
 	require.Len(t, lookups, 1, "one lookup in the hour")
 	require.Equal(t, int64(2), count(t, db, "payments", "recheck_at > ?", time.Now()), "the others looked at later")
+	require.Equal(t, int64(3), count(t, db, "payments", "status = 'failed'"), "none reinstated: the provider was never asked")
 }

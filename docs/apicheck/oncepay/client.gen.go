@@ -918,11 +918,18 @@ type EventPage struct {
 
 // EventRedelivery defines model for EventRedelivery.
 type EventRedelivery struct {
-	// Endpoints Example: 1
+	// Endpoints Endpoints is how many endpoints take the event now; InFlight how
+	// many of them got no new delivery, their delivery of it still waiting
+	// or running (redeliver again once it has ended, if it failed).
+	//
+	// Example: 1
 	Endpoints int `json:"endpoints"`
 
 	// EventId Example: evt_0f1e2d3c4b5a69788796a5b4c3d2e1f0
 	EventId string `json:"event_id"`
+
+	// InFlight Example: 0
+	InFlight int `json:"in_flight"`
 }
 
 // FieldError defines model for FieldError.
@@ -2009,7 +2016,7 @@ type ClientInterface interface {
 
 	// IssueTokenWithBody Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2018,7 +2025,7 @@ type ClientInterface interface {
 
 	// IssueTokenWithFormdataBody Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type.
 	//
@@ -2040,7 +2047,7 @@ type ClientInterface interface {
 
 	// RedeliverEvent Redeliver an event
 	//
-	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
+	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in `in_flight`: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.
 	//
 	// Corresponds with POST /v1/events/{id}/redeliver (the `RedeliverEvent` operationId).
 	RedeliverEvent(ctx context.Context, id string, params *RedeliverEventParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2638,7 +2645,7 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 
 // IssueTokenWithBody Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2657,7 +2664,7 @@ func (c *Client) IssueTokenWithBody(ctx context.Context, contentType string, bod
 
 // IssueTokenWithFormdataBody Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type.
 //
@@ -2709,7 +2716,7 @@ func (c *Client) GetEvent(ctx context.Context, id string, reqEditors ...RequestE
 
 // RedeliverEvent Redeliver an event
 //
-// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
+// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in `in_flight`: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.
 //
 // Corresponds with POST /v1/events/{id}/redeliver (the `RedeliverEvent` operationId).
 func (c *Client) RedeliverEvent(ctx context.Context, id string, params *RedeliverEventParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5322,7 +5329,7 @@ type ClientWithResponsesInterface interface {
 
 	// IssueTokenWithBodyWithResponse Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5331,7 +5338,7 @@ type ClientWithResponsesInterface interface {
 
 	// IssueTokenWithFormdataBodyWithResponse Get an access token
 	//
-	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+	// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5357,7 +5364,7 @@ type ClientWithResponsesInterface interface {
 
 	// RedeliverEventWithResponse Redeliver an event
 	//
-	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
+	// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in `in_flight`: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10967,7 +10974,7 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 
 // IssueTokenWithBodyWithResponse Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10982,7 +10989,7 @@ func (c *ClientWithResponses) IssueTokenWithBodyWithResponse(ctx context.Context
 
 // IssueTokenWithFormdataBodyWithResponse Get an access token
 //
-// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal (4xx) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
+// OAuth 2.0 client-credentials grant (RFC 6749 §4.4). Authenticate the client one way (RFC 6749 §2.3.1): HTTP Basic `client_id:client_secret` (client_secret_basic, the ClientBasic scheme), or `client_id` and `client_secret` in this form (client_secret_post); both at once is 400 `invalid_request`. Send `grant_type=client_credentials`. The token is a short-lived JWT for the merchant API (`Authorization: Bearer` followed by the token); fetch a new one before `expires_in` runs out or on a 401. Safe to retry: each call simply issues a new token. A refusal of the grant (400, 401, 403) is problem+json whose `error` member is RFC 6749 §5.2's code (invalid_request, invalid_client, unsupported_grant_type; unauthorized_client for a suspended tenant) beside the gateway's own `code`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11026,7 +11033,7 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id strin
 
 // RedeliverEventWithResponse Redeliver an event
 //
-// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one; one waiting for a retry after a failure gets it now.
+// Enqueues the event again for every endpoint that takes its type now (same webhook-id). An endpoint whose delivery of the event is still waiting or running gets no second one (counted in `in_flight`: redeliver again once it has ended, if it failed); one waiting for a retry after a failure gets it now.
 //
 // Returns a wrapper object for the known response body format(s).
 //
