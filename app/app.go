@@ -474,20 +474,20 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	start := time.Now()
 	delivered := make(chan struct{})
 	go func() { a.stopEvents(); close(delivered) }()
-	err := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
-	if err != nil {
+	cut := a.fiber.ShutdownWithTimeout(a.cfg.ShutdownTimeout)
+	if cut != nil {
 		// Requests still running were cut: their keys stay in progress,
 		// settled by the sweeper (or a retry) on another instance or
-		// after the restart. Said here, in the log, for the on-call.
+		// after the restart. Said here, in the log, for the on-call —
+		// and not an error of the stop: nothing is lost, so the process
+		// exits 0 and an orchestrator does not read a crash.
 		a.log.Warn("shutdown: requests still running at SHUTDOWN_TIMEOUT were cut; their keys are left for the sweeper",
-			"timeout", a.cfg.ShutdownTimeout, "err", err)
+			"timeout", a.cfg.ShutdownTimeout, "err", cut)
 	}
 	<-delivered
-	if cerr := a.Close(); err == nil {
-		err = cerr
-	}
+	err := a.Close()
 	<-errc
-	a.log.Info("shut down", "clean", err == nil, "took", time.Since(start).Round(time.Millisecond))
+	a.log.Info("shut down", "clean", cut == nil && err == nil, "took", time.Since(start).Round(time.Millisecond))
 	return err
 }
 

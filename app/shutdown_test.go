@@ -19,7 +19,7 @@ import (
 // A shutdown that cuts a request still waiting on its provider says so in
 // the log (a warning naming SHUTDOWN_TIMEOUT) and ends with a "shut down"
 // line that is not clean; the cut payment's key stays in progress for the
-// sweeper. One that cuts nothing ends clean.
+// sweeper, so the stop itself succeeds. One that cuts nothing ends clean.
 func TestShutdownSaysWhatItCut(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -69,7 +69,7 @@ func TestShutdownSaysWhatItCut(t *testing.T) {
 			require.NotNil(t, shut, "a last line says the gateway stopped:\n%s", logs.String())
 			require.Equal(t, !tc.cut, shut["clean"])
 			require.Equal(t, tc.cut, warned)
-			require.Equal(t, tc.cut, err != nil)
+			require.NoError(t, err, "a cut drain is handled (the sweeper settles what it cut): the process exits 0, not as a crash")
 		})
 	}
 }
