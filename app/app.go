@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -50,10 +51,12 @@ const (
 
 // App is a running gateway.
 type App struct {
-	cfg      config.Config
-	log      *slog.Logger
-	db       *gorm.DB
-	fiber    *fiber.App
+	cfg   config.Config
+	log   *slog.Logger
+	db    *gorm.DB
+	fiber *fiber.App
+	// draining fails /readyz from SIGTERM on (health.draining).
+	draining atomic.Bool
 	Tenants  *tenants.Service
 	Payments *payments.Service
 	Keys     *idempotency.Store
@@ -333,7 +336,7 @@ func (a *App) routes() {
 		f.Use(requestID(), recoverer(a.log), accessLog(a.log), refuseAmbiguousLength(), refuseEncodings())
 	}
 
-	h := health{db: a.db}
+	h := health{db: a.db, draining: &a.draining}
 	if a.SharedLimiter != nil {
 		h.redis = a.SharedLimiter
 	}
@@ -464,6 +467,19 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		_ = a.Close()
 		return err
 	case <-ctx.Done():
+	}
+	// Out of the load balancer first, still serving: it takes an instance
+	// out on its own schedule (probe period, endpoint propagation), and a
+	// listener closed at once would refuse what it still sends here.
+	a.draining.Store(true)
+	if d := a.cfg.ShutdownDelay; d > 0 {
+		a.log.Info("draining: /readyz fails, still serving for SHUTDOWN_DELAY", "delay", d)
+		select {
+		case <-time.After(d):
+		case err := <-errc:
+			_ = a.Close()
+			return err
+		}
 	}
 	// Stop the jobs first: a running sweep is cancelled and leaves its
 	// unfinished keys in progress for the next instance to pick up.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -34,6 +35,9 @@ type health struct {
 	db *gorm.DB
 	// redis is the shared rate limiter, nil without REDIS_URL.
 	redis interface{ Ping(context.Context) error }
+	// draining is set from SIGTERM on: the instance still serves (for
+	// SHUTDOWN_DELAY) but asks to be taken out of the load balancer.
+	draining *atomic.Bool
 }
 
 // healthz godoc
@@ -57,10 +61,13 @@ func (h health) healthz(c *fiber.Ctx) error {
 // @Produce      json
 // @Produce      application/problem+json
 // @Success      200 {object} Readiness
-// @Failure      503 {object} problem.Problem "unavailable: the database does not answer"
+// @Failure      503 {object} problem.Problem "unavailable: the database does not answer; draining: the instance is shutting down (it still serves for SHUTDOWN_DELAY)"
 // @ID           getReadiness
 // @Router       /readyz [get]
 func (h health) readyz(c *fiber.Ctx) error {
+	if h.draining != nil && h.draining.Load() {
+		return problem.New(fiber.StatusServiceUnavailable, "draining", "shutting down: still serving for SHUTDOWN_DELAY, take it out")
+	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
 	defer cancel()
 	if err := database.Ping(ctx, h.db); err != nil {

@@ -73,3 +73,30 @@ func TestShutdownSaysWhatItCut(t *testing.T) {
 		})
 	}
 }
+
+// From SIGTERM, /readyz fails ("draining") while the instance goes on
+// serving for SHUTDOWN_DELAY, so a load balancer takes it out on its own
+// schedule instead of meeting a closed listener; then it drains and stops.
+func TestShutdownDelayKeepsServingWithReadinessFailing(t *testing.T) {
+	t.Parallel()
+	env := apptest.BaseEnv(dbtest.PostgresURL(t), t.TempDir())
+	env["SHUTDOWN_DELAY"] = "3s"
+	cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	logs := &apptest.SyncBuffer{}
+	a, err := app.New(cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	require.NoError(t, err)
+	g, stop := apptest.Serve(t, a, logs)
+	m := g.Onboard(nil)
+	require.Equal(t, 200, g.Do("GET", "/readyz", nil).StatusCode)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	require.Eventually(t, func() bool {
+		r, err := g.Try("GET", "/readyz", nil)
+		return err == nil && r.StatusCode == 503 && r.Code(t) == "draining"
+	}, 2*time.Second, 20*time.Millisecond, "readiness fails at once")
+	require.Equal(t, 200, g.Do("GET", "/healthz", nil).StatusCode, "alive")
+	p := g.Pay(m, "while-draining", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
+	require.Equal(t, 201, p.StatusCode, "still served while the load balancer catches up")
+	require.NoError(t, <-stopped)
+}

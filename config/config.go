@@ -86,6 +86,10 @@ type Config struct {
 	GC GC
 
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	// ShutdownDelay is how long, after SIGTERM, the gateway goes on
+	// serving with /readyz failing, before it stops accepting: a load
+	// balancer takes the instance out on its own time (SHUTDOWN_DELAY).
+	ShutdownDelay time.Duration
 	// Instance names this gateway instance in metrics and logs
 	// (INSTANCE_ID; the hostname when unset).
 	Instance string
@@ -336,6 +340,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		},
 		Instance:        r.str("INSTANCE_ID", hostname()),
 		ShutdownTimeout: r.dur("SHUTDOWN_TIMEOUT", 25*time.Second),
+		ShutdownDelay:   r.durZero("SHUTDOWN_DELAY", 0),
 		ClockSkew:       r.signedDur("CLOCK_SKEW"),
 		ClockSync:       r.bool("CLOCK_SYNC", true),
 	}
@@ -403,6 +408,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	r.within("SWEEP_INTERVAL", c.Schedule.SweepInterval, 100*time.Millisecond, 24*time.Hour)
 	r.within("KEY_TTL", c.Schedule.KeyTTL, time.Hour, 366*24*time.Hour)
 	r.within("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 100*time.Millisecond, 10*time.Minute)
+	r.within("SHUTDOWN_DELAY", c.ShutdownDelay, 0, time.Minute)
 	if c.Payments.Lease <= c.Provider.Timeout {
 		r.fail("IDEMPOTENCY_LEASE", "(%s) must exceed PROVIDER_TIMEOUT (%s), or a retry could take over a request still waiting on the provider", c.Payments.Lease, c.Provider.Timeout)
 	}

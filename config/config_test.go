@@ -145,6 +145,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"ProviderTimeoutTiny", map[string]string{"PROVIDER_TIMEOUT": "1ns"}, "PROVIDER_TIMEOUT must be between"},
 		{"KeyTTLTiny", map[string]string{"KEY_TTL": "1ns"}, "KEY_TTL must be between"},
 		{"ShutdownTimeoutHuge", map[string]string{"SHUTDOWN_TIMEOUT": "100000h"}, "SHUTDOWN_TIMEOUT must be between"},
+		{"ShutdownDelayHuge", map[string]string{"SHUTDOWN_DELAY": "2m"}, "SHUTDOWN_DELAY must be between"},
+		{"ShutdownDelayNegative", map[string]string{"SHUTDOWN_DELAY": "-1s"}, "SHUTDOWN_DELAY"},
 		{"SimulatorLatencyHuge", map[string]string{"SIMULATOR_LATENCY": "100000h"}, "SIMULATOR_LATENCY must be between"},
 		{"TokenTTLShort", map[string]string{"TOKEN_TTL": "30s"}, "TOKEN_TTL must be between 1m0s and 24h0m0s"},
 		{"TokenTTLLong", map[string]string{"TOKEN_TTL": "25h"}, "TOKEN_TTL must be between"},

@@ -1274,7 +1274,7 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "unavailable: the database does not answer",
+                        "description": "unavailable: the database does not answer; draining: the instance is shutting down (it still serves for SHUTDOWN_DELAY)",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
