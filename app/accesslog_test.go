@@ -71,3 +71,29 @@ func TestAccessLineNamesKeyAndResource(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, bad.StatusCode)
 	require.NotContains(t, g.Logs.String(), "a\\tb", "a malformed key is not logged")
 }
+
+// Not only the access line: every line logged while serving a request
+// names it — here the WARN of a payment whose answer was lost carries the
+// request's id and its Idempotency-Key, so an on-call engineer goes from
+// it to the access line and the merchant's retry without timestamps.
+func TestRequestPathLinesNameTheirRequest(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	m := g.Onboard(nil)
+	r := g.Pay(m, "lost-1", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_timeout"})
+	require.Equal(t, http.StatusAccepted, r.StatusCode, "%s", r.Body)
+	var seen bool
+	for _, line := range strings.Split(g.Logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "payment outcome unknown; left in progress" {
+			seen = true
+			require.Equal(t, r.Header.Get("X-Request-Id"), l["request_id"], line)
+			require.Equal(t, "lost-1", l["idempotency_key"], line)
+		}
+		if strings.Contains(line, `"msg":"request"`) {
+			require.Equal(t, 1, strings.Count(line, `"request_id"`), "said once: %s", line)
+			require.LessOrEqual(t, strings.Count(line, `"idempotency_key"`), 1, "said once: %s", line)
+		}
+	}
+	require.True(t, seen, "the WARN of the lost answer:\n%s", g.Logs.String())
+}

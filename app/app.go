@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbclock"
 	"github.com/oncepay/gateway/app/database/pipeline"
+	"github.com/oncepay/gateway/app/logctx"
 	"github.com/oncepay/gateway/app/metrics"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/app/ratelimit"
@@ -90,6 +91,9 @@ type App struct {
 
 // New opens the database, applies migrations and builds the HTTP app.
 func New(cfg config.Config, log *slog.Logger) (*App, error) {
+	// Every line logged with a request's context names the request
+	// (request_id, and idempotency_key behind the guard).
+	log = slog.New(logctx.Handler(log.Handler()))
 	pipelined := cfg.Database.PipelineConns
 	if pipelined == 0 {
 		pipelined = -1 // off

@@ -47,7 +47,7 @@ func TestArchitecture(t *testing.T) {
 			[]string{mod + "payments", mod + "tenants", mod + "scheduler", mod + "providers"}},
 		{"payments and tenants are siblings", inDir("payments"), []string{mod + "tenants"}},
 		{"tenants and payments are siblings", inDir("tenants"), []string{mod + "payments", mod + "idempotency"}},
-		{"the helpers domain packages share know no domain", inDir("app/reqjson", "app/reqtime", "app/query", "app/ids", "app/database/dbclock", "app/database/rawsql", "app/database/pipeline", "app/problem", "app/audit", "app/ratelimit", "app/failpoint", "app/secretbox", "app/gctune", "app/logthrottle"),
+		{"the helpers domain packages share know no domain", inDir("app/reqjson", "app/reqtime", "app/query", "app/ids", "app/database/dbclock", "app/database/rawsql", "app/database/pipeline", "app/problem", "app/audit", "app/ratelimit", "app/failpoint", "app/secretbox", "app/gctune", "app/logthrottle", "app/logctx"),
 			[]string{mod + "payments", mod + "tenants", mod + "idempotency", mod + "scheduler", mod + "providers", mod + "app$"}},
 		{"events know no payments or tenants", inDir("events"),
 			[]string{mod + "payments", mod + "tenants", mod + "scheduler", mod + "providers"}},

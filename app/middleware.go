@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/google/uuid"
 
+	"github.com/oncepay/gateway/app/logctx"
 	"github.com/oncepay/gateway/app/problem"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/tenants"
@@ -50,6 +51,7 @@ func requestID() fiber.Handler {
 		}
 		c.Locals("requestid", id)
 		c.Set(fiber.HeaderXRequestID, id)
+		c.SetUserContext(logctx.With(c.UserContext(), slog.String("request_id", id)))
 		return c.Next()
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/valyala/fasthttp"
 
+	"github.com/oncepay/gateway/app/logctx"
 	"github.com/oncepay/gateway/app/problem"
 )
 
@@ -221,6 +222,8 @@ func (g *guard) serve(c *fiber.Ctx, next fiber.Handler) error {
 		return hit.response.Write(c)
 	}
 	r.log = &requestLog{requestID: problem.RequestID(c), merchantID: merchantID, key: key}
+	ctx = logctx.With(ctx, slog.String("idempotency_key", key))
+	c.SetUserContext(ctx)
 
 	// Past the door until the claim is durable (or there is none):
 	// leave is called early when the pending claim is sent or dropped.
