@@ -53,11 +53,18 @@ const docTemplate = `{
                             "refund.resolved",
                             "payment.resolution_refused",
                             "refund.resolution_refused",
-                            "webhook_endpoint.disabled"
+                            "webhook_endpoint.disabled",
+                            "master_key.resealed"
                         ],
                         "type": "string",
                         "description": "Only this action",
                         "name": "action",
+                        "in": "query"
+                    },
+                    {
+                        "type": "string",
+                        "description": "Only events about this object (a payment, refund, tenant or endpoint id)",
+                        "name": "target_id",
                         "in": "query"
                     },
                     {

@@ -198,6 +198,17 @@ func TestOperatorDesk(t *testing.T) {
 		require.NotNil(t, ev)
 		require.Equal(t, id, ev["target_id"])
 		require.Equal(t, "no such charge at the provider", ev["note"])
+		// "What happened to this payment?" in one query: the refusal before
+		// its resolution, the resolution, the refused one after it, and
+		// nothing about anything else.
+		about := adminDo(g, "GET", "/admin/v1/audit-events?target_id="+id, nil)
+		require.Equal(t, http.StatusOK, about.StatusCode, string(about.Body))
+		var actions []string
+		for _, e := range about.JSON(t)["data"].([]any) {
+			require.Equal(t, id, e.(map[string]any)["target_id"])
+			actions = append(actions, e.(map[string]any)["action"].(string))
+		}
+		require.Equal(t, []string{"payment.resolution_refused", "payment.resolved", "payment.resolution_refused"}, actions, "newest first")
 		require.Equal(t, "requires_review", ev["before"].(map[string]any)["status"])
 		require.Equal(t, "failed", ev["after"].(map[string]any)["status"])
 		require.NotEmpty(t, ev["request_id"])

@@ -168,6 +168,9 @@ func truncate(s string, n int) string {
 type Filter struct {
 	TenantID string
 	Action   string
+	// TargetID is one object's events: a payment's or refund's
+	// resolutions, a tenant's changes ("what happened to pay_…?").
+	TargetID string
 	Limit    int
 	// After continues a listing: events older than this one.
 	After *Position
@@ -203,6 +206,9 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Event, bool, error) {
 	}
 	if f.Action != "" {
 		q = q.Where("action = ?", f.Action)
+	}
+	if f.TargetID != "" {
+		q = q.Where("target_id = ?", f.TargetID)
 	}
 	if f.After != nil {
 		q = q.Where("(at < ?) OR (at = ? AND id < ?)", f.After.At, f.After.At, f.After.ID)

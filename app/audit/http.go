@@ -42,7 +42,8 @@ type Page struct {
 // @Produce      application/problem+json
 // @Security     AdminKey
 // @Param        tenant_id query string false "Only events about this tenant"
-// @Param        action    query string false "Only this action" Enums(tenant.created, tenant.updated, tenant.suspended, tenant.reactivated, tenant.credentials_rotated, tenant.provider_secrets_changed, payment.resolved, refund.resolved, payment.resolution_refused, refund.resolution_refused, webhook_endpoint.disabled)
+// @Param        action    query string false "Only this action" Enums(tenant.created, tenant.updated, tenant.suspended, tenant.reactivated, tenant.credentials_rotated, tenant.provider_secrets_changed, payment.resolved, refund.resolved, payment.resolution_refused, refund.resolution_refused, webhook_endpoint.disabled, master_key.resealed)
+// @Param        target_id query string false "Only events about this object (a payment, refund, tenant or endpoint id)"
 // @Param        limit     query int    false "Page size, 1 to 200" default(50) minimum(1) maximum(200)
 // @Param        cursor    query string false "The next_cursor of the previous page"
 // @Success      200 {object} Page
@@ -53,12 +54,15 @@ type Page struct {
 // @ID           listAuditEvents
 // @Router       /admin/v1/audit-events [get]
 func (h *Handler) list(c *fiber.Ctx) error {
-	if err := query.Known(c, "tenant_id", "action", "limit", "cursor"); err != nil {
+	if err := query.Known(c, "tenant_id", "action", "target_id", "limit", "cursor"); err != nil {
 		return err
 	}
-	f := Filter{TenantID: c.Query("tenant_id"), Action: c.Query("action")}
+	f := Filter{TenantID: c.Query("tenant_id"), Action: c.Query("action"), TargetID: c.Query("target_id")}
 	if f.TenantID != "" && !printableID(f.TenantID) {
 		return problem.Invalid(problem.FieldError{Field: "tenant_id", Reason: "is not a tenant id"})
+	}
+	if f.TargetID != "" && !printableID(f.TargetID) {
+		return problem.Invalid(problem.FieldError{Field: "target_id", Reason: "is not an id"})
 	}
 	if f.Action != "" && !slices.Contains(Actions, f.Action) {
 		return problem.Invalid(problem.FieldError{Field: "action", Reason: "must be one of " + strings.Join(Actions, ", ")})

@@ -265,6 +265,7 @@ func (e WebhookDeliveryOutcome) Valid() bool {
 
 // Defines values for ListAuditEventsParamsAction.
 const (
+	MasterKeyResealed            ListAuditEventsParamsAction = "master_key.resealed"
 	PaymentResolutionRefused     ListAuditEventsParamsAction = "payment.resolution_refused"
 	PaymentResolved              ListAuditEventsParamsAction = "payment.resolved"
 	RefundResolutionRefused      ListAuditEventsParamsAction = "refund.resolution_refused"
@@ -281,6 +282,8 @@ const (
 // Valid indicates whether the value is a known member of the ListAuditEventsParamsAction enum.
 func (e ListAuditEventsParamsAction) Valid() bool {
 	switch e {
+	case MasterKeyResealed:
+		return true
 	case PaymentResolutionRefused:
 		return true
 	case PaymentResolved:
@@ -1444,6 +1447,9 @@ type ListAuditEventsParams struct {
 
 	// Action Only this action
 	Action *ListAuditEventsParamsAction `form:"action,omitempty" json:"action,omitempty"`
+
+	// TargetId Only events about this object (a payment, refund, tenant or endpoint id)
+	TargetId *string `form:"target_id,omitempty" json:"target_id,omitempty"`
 
 	// Limit Page size, 1 to 200
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -3156,6 +3162,18 @@ func NewListAuditEventsRequest(server string, params *ListAuditEventsParams) (*h
 		if params.Action != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target_id", *params.TargetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
