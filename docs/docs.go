@@ -3950,7 +3950,7 @@ const docTemplate = `{
                     }
                 },
                 "payment_method": {
-                    "description": "PaymentMethod is the provider's token for a saved card or account\n(simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending).",
+                    "description": "PaymentMethod is the provider's token for a saved card or account\n(simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).",
                     "type": "string",
                     "example": "sim_success"
                 },

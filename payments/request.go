@@ -24,7 +24,7 @@ type CreateRequest struct {
 	// Email of the customer.
 	Email string `json:"email" example:"ada@example.com"`
 	// PaymentMethod is the provider's token for a saved card or account
-	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending).
+	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
 	PaymentMethod string `json:"payment_method" example:"sim_success"`
 	// Provider overrides the merchant's default provider.
 	Provider string `json:"provider,omitempty" example:"simulator"`

@@ -15,6 +15,9 @@
 //	sim_late         accepted, the answer lost, and the charge lands only
 //	                 LandAfter later: until then Lookup says not found, as
 //	                 a provider with a queued charge does; then approved
+//	sim_stuck        accepted as pending and never settled: past
+//	                 REVIEW_AFTER the payment goes to review, for an
+//	                 operator (the runbook's rehearsal)
 //
 // Any other token is declined as invalid_payment_method. The simulator is the
 // one provider that touches the database: it stands in for the provider's own
@@ -46,6 +49,7 @@ const (
 	TokenUnavailable  = "sim_unavailable"
 	TokenPending      = "sim_pending"
 	TokenLate         = "sim_late"
+	TokenStuck        = "sim_stuck"
 )
 
 // Config tunes the simulator.
@@ -153,6 +157,8 @@ func (s *Simulator) Charge(ctx context.Context, req providers.ChargeRequest) (pr
 		c.Status = "late"
 		at := now.Add(s.cfg.LandAfter)
 		c.SettleAt = &at
+	case TokenStuck:
+		c.Status = "pending" // with no settle time: pending for good
 	default:
 		c.Status = "invalid_payment_method"
 	}

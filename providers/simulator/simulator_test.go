@@ -113,6 +113,16 @@ func TestPendingSettlesLater(t *testing.T) {
 		res, err = sim.Lookup(context.Background(), ref)
 		require.NoError(t, err)
 		require.Equal(t, providers.OutcomeSucceeded, res.Outcome)
+
+		// sim_stuck never settles: the review queue's rehearsal.
+		stuck := providers.Reference("ten_1", "stuck")
+		res, err = charge(t, sim, stuck, simulator.TokenStuck)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomePending, res.Outcome)
+		now = now.Add(365 * 24 * time.Hour)
+		res, err = sim.Lookup(context.Background(), stuck)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomePending, res.Outcome)
 	})
 }
 

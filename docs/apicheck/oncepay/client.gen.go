@@ -740,7 +740,7 @@ type CreatePaymentRequest struct {
 	Metadata *map[string]string `json:"metadata,omitempty"`
 
 	// PaymentMethod PaymentMethod is the provider's token for a saved card or account
-	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending).
+	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
 	//
 	// Example: sim_success
 	PaymentMethod string `json:"payment_method"`
