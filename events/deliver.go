@@ -742,8 +742,14 @@ func checkURL(raw string, production bool) error {
 		return errors.New("must be at most 2048 characters")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.Fragment != "" {
-		return errors.New("must be an absolute http(s) URL without credentials")
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return errors.New("must be an absolute http(s) URL")
+	case u.User != nil:
+		return errors.New("must not hold credentials (user:password@)")
+	case u.Fragment != "" || strings.HasSuffix(raw, "#"):
+		// Never sent to the receiver: it could only mislead whoever reads it.
+		return errors.New("must not have a #fragment (it is never sent)")
 	}
 	if p := u.Port(); p != "" {
 		// url.Parse takes any digits: a port no connection can use would

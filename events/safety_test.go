@@ -84,6 +84,17 @@ func TestCheckURL(t *testing.T) {
 		require.Equal(t, c.dev, checkURL(c.url, false) == nil, "development: "+c.url)
 		require.Equal(t, c.production, checkURL(c.url, true) == nil, "production: "+c.url)
 	}
+	// Each refusal says what is wrong with the URL, not another rule.
+	for url, why := range map[string]string{
+		"https://shop.example.com/#frag":   "#fragment",
+		"https://shop.example.com/#":       "#fragment",
+		"https://user:pw@shop.example.com": "credentials",
+		"ftp://shop.example.com":           "absolute http(s) URL",
+	} {
+		err := checkURL(url, false)
+		require.Error(t, err, url)
+		require.Contains(t, err.Error(), why, url)
+	}
 }
 
 // TestProductionDialsOnlyPublicAddresses: the check runs on the address
