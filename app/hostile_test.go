@@ -160,6 +160,7 @@ func TestHostileInput(t *testing.T) {
 		// A request smuggled inside another's body past a proxy that read
 		// the length the other way.
 		{name: "ContentLengthTwiceDiffering", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h40\r\nContent-Type: application/json\r\nContent-Length: 2\r\ncontent-length: " + strconv.Itoa(len(valid)) + "\r\nConnection: close\r\n\r\n" + valid, status: 400, code: "invalid_request"},
+		{name: "NULInTheTarget", raw: "GET /v1/payments/\xff\x00 HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "ContentLengthAndChunked", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h41\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + strconv.FormatInt(int64(len(valid)), 16) + "\r\n" + valid + "\r\n0\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "PathHuge", raw: "GET /v1/payments/pay_" + strings.Repeat("a", 10000) + " HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nConnection: close\r\n\r\n", oversized: true, status: 431, code: "headers_too_large"},
 		{name: "CursorNUL", method: "GET", path: "/v1/payments?cursor=%00", headers: []string{"Authorization", bearer}, status: 400, code: "invalid_request"},

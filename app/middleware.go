@@ -176,6 +176,23 @@ func accessLog(log *slog.Logger) fiber.Handler {
 	}
 }
 
+// refuseMalformed answers 400 to a request a parser took but HTTP does
+// not allow: a control byte in its target (a raw NUL routed as an empty
+// path, logged as one), or a body length read two ways
+// (refuseAmbiguousLength).
+func refuseMalformed() fiber.Handler {
+	ambiguous := refuseAmbiguousLength()
+	return func(c *fiber.Ctx) error {
+		for _, b := range c.Request().Header.RequestURI() {
+			if b < 0x20 || b == 0x7f {
+				return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
+					"the request target holds a control byte; percent-encode it"))
+			}
+		}
+		return ambiguous(c)
+	}
+}
+
 // refuseAmbiguousLength answers 400 to a request whose body's length two
 // HTTP parsers could read differently: Content-Length sent twice with
 // different values (invalid, RFC 9112 §6.3; fasthttp keeps the last, a
