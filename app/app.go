@@ -340,6 +340,15 @@ func (a *App) routes() {
 		f.Use(requestID(), recoverer(a.log), accessLog(a.log), refuseMalformed(), refuseEncodings())
 	}
 
+	// Draining (SHUTDOWN_DELAY), each answer ends its connection: a
+	// balancer that keeps connections open (kube-proxy) would otherwise
+	// go on sending on them until the listener closes.
+	f.Use(func(c *fiber.Ctx) error {
+		if a.draining.Load() {
+			c.Context().SetConnectionClose()
+		}
+		return c.Next()
+	})
 	h := health{db: a.db, draining: &a.draining}
 	if a.SharedLimiter != nil {
 		h.redis = a.SharedLimiter

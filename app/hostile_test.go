@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -240,4 +241,40 @@ func TestHostileInput(t *testing.T) {
 		require.NotContains(t, g.Logs.String(), "secret-ish", "nor any of such a request's bytes")
 		require.NotContains(t, g.Logs.String(), strings.TrimPrefix(admin, "Bearer "))
 	})
+}
+
+// A refused ambiguous request also ends its connection: the server read
+// the body one way, and what it left on a kept-alive connection would be
+// parsed and served as the next request — the smuggled one.
+func TestASmuggledRequestIsNeverServed(t *testing.T) {
+	t.Parallel()
+	g := apptest.Start(t)
+	u, err := url.Parse(g.URL)
+	require.NoError(t, err)
+	smuggled := "GET /healthz HTTP/1.1\r\nHost: " + u.Host + "\r\n\r\n"
+	for name, head := range map[string]string{
+		"TwoLengths":       "Content-Length: " + strconv.Itoa(2+len(smuggled)) + "\r\nContent-Length: 2\r\n",
+		"LengthAndChunked": "Content-Length: " + strconv.Itoa(2+len(smuggled)) + "\r\nTransfer-Encoding: chunked\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", u.Host)
+			require.NoError(t, err)
+			defer conn.Close()
+			body := "{}"
+			if name == "LengthAndChunked" {
+				body = "2\r\n{}\r\n0\r\n\r\n"
+			}
+			_, err = io.WriteString(conn, "POST /v1/payments HTTP/1.1\r\nHost: "+u.Host+"\r\nContent-Type: application/json\r\n"+head+"\r\n"+body+smuggled)
+			require.NoError(t, err)
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+			rd := bufio.NewReader(conn)
+			first, err := http.ReadResponse(rd, nil)
+			require.NoError(t, err)
+			_, _ = io.ReadAll(first.Body)
+			require.Equal(t, http.StatusBadRequest, first.StatusCode)
+			require.True(t, first.Close, "the connection ends with the refusal")
+			second, err := http.ReadResponse(rd, nil)
+			require.Error(t, err, "nothing more is served on it: %v", second)
+		})
+	}
 }

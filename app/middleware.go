@@ -185,6 +185,7 @@ func refuseMalformed() fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		for _, b := range c.Request().Header.RequestURI() {
 			if b < 0x20 || b == 0x7f {
+				c.Context().SetConnectionClose()
 				return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
 					"the request target holds a control byte; percent-encode it"))
 			}
@@ -213,6 +214,10 @@ func refuseAmbiguousLength() fiber.Handler {
 			case bytes.EqualFold(name, []byte(fiber.HeaderContentLength)):
 				v := bytes.TrimSpace(value)
 				if lengths > 0 && !bytes.Equal(v, length) {
+					// The connection goes too: the server read the body
+					// one way, and what it left would be parsed as the
+					// next request — the smuggled one.
+					c.Context().SetConnectionClose()
 					return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
 						"Content-Length is sent twice with different values"))
 				}
@@ -222,6 +227,7 @@ func refuseAmbiguousLength() fiber.Handler {
 			}
 		}
 		if chunked && lengths > 0 {
+			c.Context().SetConnectionClose()
 			return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
 				"send Content-Length or Transfer-Encoding, not both"))
 		}

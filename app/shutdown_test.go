@@ -98,5 +98,6 @@ func TestShutdownDelayKeepsServingWithReadinessFailing(t *testing.T) {
 	require.Equal(t, 200, g.Do("GET", "/healthz", nil).StatusCode, "alive")
 	p := g.Pay(m, "while-draining", map[string]any{"amount": 5000, "currency": "NGN", "email": "ada@example.com", "payment_method": "sim_success"})
 	require.Equal(t, 201, p.StatusCode, "still served while the load balancer catches up")
+	require.True(t, p.Close, "each answer ends its kept-alive connection")
 	require.NoError(t, <-stopped)
 }

@@ -796,11 +796,16 @@ func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
 	// times differently on SQLite, where a min() across both would compare
 	// text.
 	jobAge := dbclock.SecondsSince(db, "min(scheduled_at)")
+	// A retry past its time that River's leader has not made available
+	// yet is waiting as much as an available job: counted, so a stalled
+	// scheduler pages too.
+	due := dbclock.SecondsSince(db, "scheduled_at")
 	unhandAge := dbclock.SecondsSince(db, "min(created_at)")
 	err := db.Raw(`SELECT
   (SELECT count(*) FROM river_job WHERE queue = ? AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
     + (SELECT count(*) FROM events WHERE enqueued_at IS NULL) AS n,
-  (SELECT `+jobAge.SQL+` FROM river_job WHERE queue = ? AND state = 'available') AS job_age,
+  (SELECT `+jobAge.SQL+` FROM river_job WHERE queue = ? AND state IN ('available', 'retryable', 'scheduled')
+    AND `+due.SQL+` >= 0) AS job_age,
   (SELECT `+unhandAge.SQL+` FROM events WHERE enqueued_at IS NULL) AS unhand_age`, queue, queue).Scan(&row).Error
 	if err != nil {
 		return Backlog{}, fmt.Errorf("events: backlog: %w", err)

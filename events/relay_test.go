@@ -211,5 +211,13 @@ VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), n
 		b, err = s.Backlog(ctx)
 		require.NoError(t, err)
 		require.InDelta(t, 300, b.OldestAge.Seconds(), 60, "due five minutes ago and not taken")
+
+		// A retry past its time that River's leader has not made available
+		// (a stalled scheduler) waits as much.
+		require.NoError(t, db.Exec("UPDATE river_job SET state = 'retryable', scheduled_at = ? WHERE queue = ?",
+			now.Add(-7*time.Minute), queue).Error)
+		b, err = s.Backlog(ctx)
+		require.NoError(t, err)
+		require.InDelta(t, 420, b.OldestAge.Seconds(), 60, "overdue retry")
 	})
 }

@@ -435,6 +435,11 @@ CREATE INDEX refund_rechecks_due_idx ON refund_rechecks (recheck_at);`},
 	// writing claims without it. Data only, as from 16 on.
 	{18, "open_keys_attempted", `
 UPDATE idempotency_keys SET attempted_at = created_at WHERE completed_at IS NULL AND attempted_at IS NULL`},
+	// The audit log read by its target ("what happened to pay_…?",
+	// GET /admin/v1/audit-events?target_id=), newest first: without it a
+	// scan of the whole log (0.6 s at two million events).
+	{19, "audit_events_by_target", `
+CREATE INDEX audit_events_target_idx ON audit_events (target_id, at, id)`},
 }
 
 // migrationSQL is what m runs on d.

@@ -19,21 +19,27 @@ func With(ctx context.Context, attrs ...slog.Attr) context.Context {
 }
 
 // Handler returns h adding, to each record it handles, the attributes the
-// record's context carries, but for keys the record already has (a line
-// that names its request itself says it once).
+// record's context carries, but for keys the line already has — on the
+// record or given to the logger (Logger.With) — so no line names two
+// request ids. Under a group (Logger.WithGroup) nothing is added: the ids
+// would be nested in it, under a name no query looks for.
 func Handler(h slog.Handler) slog.Handler {
-	if _, ok := h.(handler); ok {
+	if _, ok := h.(*handler); ok {
 		return h
 	}
-	return handler{h}
+	return &handler{Handler: h}
 }
 
-type handler struct{ slog.Handler }
+type handler struct {
+	slog.Handler
+	have    []string // keys given by WithAttrs, at the top level
+	grouped bool
+}
 
-func (h handler) Handle(ctx context.Context, r slog.Record) error {
-	if attrs, ok := ctx.Value(key{}).([]slog.Attr); ok {
+func (h *handler) Handle(ctx context.Context, r slog.Record) error {
+	if attrs, ok := ctx.Value(key{}).([]slog.Attr); ok && !h.grouped {
 		for _, a := range attrs {
-			if !has(r, a.Key) {
+			if !slices.Contains(h.have, a.Key) && !has(r, a.Key) {
 				r.AddAttrs(a)
 			}
 		}
@@ -50,5 +56,20 @@ func has(r slog.Record, k string) bool {
 	return found
 }
 
-func (h handler) WithAttrs(as []slog.Attr) slog.Handler { return handler{h.Handler.WithAttrs(as)} }
-func (h handler) WithGroup(name string) slog.Handler    { return handler{h.Handler.WithGroup(name)} }
+func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := &handler{Handler: h.Handler.WithAttrs(as), have: h.have, grouped: h.grouped}
+	if !h.grouped {
+		c.have = slices.Clip(h.have)
+		for _, a := range as {
+			c.have = append(c.have, a.Key)
+		}
+	}
+	return c
+}
+
+func (h *handler) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return h
+	}
+	return &handler{Handler: h.Handler.WithGroup(name), have: h.have, grouped: true}
+}
