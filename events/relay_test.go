@@ -30,6 +30,20 @@ func relayService(t *testing.T, db *gorm.DB, logs io.Writer) *Service {
 	return s
 }
 
+// oneEventForOneEndpoint makes merchant m1, its endpoint we_1 (its secret
+// sealed as given) and one payment.succeeded event, not yet handed over.
+func oneEventForOneEndpoint(t *testing.T, db *gorm.DB, secret []byte) {
+	t.Helper()
+	now := time.Now().UTC()
+	require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
+VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
+	require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
+VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, secret, now, now).Error)
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		return NewEmitter(nil).Emit(context.Background(), tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: map[string]any{"id": "pay_1"}})
+	}))
+}
+
 // One relay run hands a busy merchant's whole backlog to the queue — not
 // one batch a run, which a merchant making more than relayBatch payments a
 // second would outrun for good — and the other merchants' events with it.
@@ -147,14 +161,7 @@ func TestADeliveryTheGatewayCannotMakeIsLoggedWhenGivenUp(t *testing.T) {
 		ctx := context.Background()
 		var logs bytes.Buffer
 		s := relayService(t, db, &logs)
-		now := time.Now().UTC()
-		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
-VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
-		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
-VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed under a key long gone"), now, now).Error)
-		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-			return NewEmitter(nil).Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: map[string]any{"id": "pay_1"}})
-		}))
+		oneEventForOneEndpoint(t, db, []byte("sealed under a key long gone"))
 		var ev Event
 		require.NoError(t, db.Where("merchant_id = 'm1'").First(&ev).Error)
 		a := DeliveryArgs{MerchantID: "m1", EventID: ev.ID, EndpointID: "we_1"}
@@ -185,13 +192,7 @@ func TestTheBacklogsAgeIsWhatCouldGoNow(t *testing.T) {
 		ctx := context.Background()
 		s := relayService(t, db, io.Discard)
 		now := time.Now().UTC()
-		require.NoError(t, db.Exec(`INSERT INTO tenants (id, name, status, default_provider, created_at, updated_at)
-VALUES ('m1', 'M', 'active', 'simulator', ?, ?)`, now, now).Error)
-		require.NoError(t, db.Exec(`INSERT INTO webhook_endpoints (merchant_id, id, url, secret, created_at, updated_at)
-VALUES ('m1', 'we_1', 'https://example.com/hook', ?, ?, ?)`, []byte("sealed"), now, now).Error)
-		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-			return NewEmitter(nil).Emit(ctx, tx, Params{MerchantID: "m1", Type: PaymentSucceeded, ObjectID: "pay_1", Object: map[string]any{"id": "pay_1"}})
-		}))
+		oneEventForOneEndpoint(t, db, []byte("sealed"))
 		require.NoError(t, db.Exec("UPDATE events SET created_at = ?", now.Add(-10*time.Minute)).Error)
 		b, err := s.Backlog(ctx)
 		require.NoError(t, err)
