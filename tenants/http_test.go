@@ -128,6 +128,9 @@ func TestMerchantAuthFailures(t *testing.T) {
 		{"LongerThanTokenTTL", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(10 * 365 * 24 * time.Hour))
 		}))},
+		{"LongerThanTokenTTLCanBe", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
+			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(MaxTokenTTL + time.Minute))
+		}))},
 		{"NoIssuedAt", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.IssuedAt = nil }))},
 		{"UnknownTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Subject = "ten_nope" }))},
 		{"CredentialOfAnotherTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ClientID = "cli_other" }))},

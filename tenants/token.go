@@ -52,6 +52,10 @@ type verifiedToken struct {
 	expires time.Time // exp plus the tolerated skew, as the parser checks it
 }
 
+// MaxTokenTTL is the longest TOKEN_TTL config accepts, and so the longest
+// any token the gateway issues lives.
+const MaxTokenTTL = 24 * time.Hour
+
 // maxVerified bounds the verified tokens kept; when full it starts over.
 const maxVerified = 10_000
 
@@ -138,12 +142,14 @@ func (s *signer) parse(raw string) (*accessClaims, error) {
 	if !strings.HasPrefix(c.Subject, "ten_") || c.ClientID == "" || c.ID == "" {
 		return nil, fmt.Errorf("%w: missing sub, cid or jti", ErrInvalidToken)
 	}
-	// No token the gateway issues lives longer than TOKEN_TTL: one that
-	// does was made elsewhere with the key (leaked), and would outlive the
-	// key's rotation by as long as it says. (A TOKEN_TTL made shorter
-	// refuses the longer tokens issued before; clients ask again on 401.)
-	if c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > s.ttl+clockSkew {
-		return nil, fmt.Errorf("%w: lifetime missing or longer than TOKEN_TTL", ErrInvalidToken)
+	// No token the gateway issues lives longer than TOKEN_TTL's ceiling:
+	// one that does was made elsewhere with the key (leaked), and would
+	// outlive the key's rotation by as long as it says. The ceiling, not
+	// this instance's TOKEN_TTL: during a rolling deploy that raises it,
+	// instances still on the old value would refuse every token the new
+	// ones issue, and clients would flap between 401s until it ended.
+	if c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > MaxTokenTTL+clockSkew {
+		return nil, fmt.Errorf("%w: lifetime missing or longer than TOKEN_TTL allows", ErrInvalidToken)
 	}
 	s.remember(raw, &c)
 	return &c, nil

@@ -92,3 +92,19 @@ func testSigner() (*signer, *clock) {
 		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: 15 * time.Minute,
 	}, c.Now), c
 }
+
+// A rolling deploy that raises TOKEN_TTL: an instance still on the old,
+// shorter value verifies the longer tokens the new ones issue (both are
+// within the ceiling), instead of answering every one 401.
+func TestALongerTTLsTokenVerifiesWhereTheTTLIsShorter(t *testing.T) {
+	t.Parallel()
+	old, c := testSigner() // 15m
+	raised := newSigner(Config{
+		JWTSecret: []byte("0123456789abcdef0123456789abcdef"),
+		Issuer:    "oncepay", Audience: "oncepay-api", TokenTTL: MaxTokenTTL,
+	}, c.Now)
+	raw, _, err := raised.sign("ten_1", "cli_1")
+	require.NoError(t, err)
+	_, err = old.parse(raw)
+	require.NoError(t, err)
+}
