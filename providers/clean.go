@@ -57,19 +57,8 @@ const (
 // it. A failure code that is not snake_case becomes the generic decline,
 // and a message that is not one line of text its generic message.
 func (r Result) Clean() (Result, []string) {
-	var dropped []string
-	if !Token(r.TransactionID) {
-		r.TransactionID, dropped = "", append(dropped, "transaction_id")
-	}
-	if r.FailureCode != "" && !failureCode(r.FailureCode) {
-		r.FailureCode, r.FailureMessage, dropped = genericDecline, genericDeclineMessage, append(dropped, "failure_code")
-	}
-	if !message(r.FailureMessage) {
-		r.FailureMessage, dropped = "", append(dropped, "failure_message")
-		if r.Outcome == OutcomeFailed {
-			r.FailureMessage = genericDeclineMessage
-		}
-	}
+	dropped := clean(answer{id: &r.TransactionID, idName: "transaction_id", code: &r.FailureCode, msg: &r.FailureMessage,
+		failed: r.Outcome == OutcomeFailed, genericCode: genericDecline, genericMsg: genericDeclineMessage})
 	if !Token(r.Currency) {
 		// Compared with the payment's, never stored: one that is not a
 		// token matches none, as "" does.
@@ -80,18 +69,32 @@ func (r Result) Clean() (Result, []string) {
 
 // Clean is Result.Clean for a refund.
 func (r RefundResult) Clean() (RefundResult, []string) {
-	var dropped []string
-	if !Token(r.RefundID) {
-		r.RefundID, dropped = "", append(dropped, "refund_id")
+	dropped := clean(answer{id: &r.RefundID, idName: "refund_id", code: &r.FailureCode, msg: &r.FailureMessage,
+		failed: r.Outcome == OutcomeFailed, genericCode: genericRefusal, genericMsg: genericRefusalMessage})
+	return r, dropped
+}
+
+// answer is what Result and RefundResult share for Clean: the provider's
+// id, failure code and message, and the generic failure that replaces them.
+type answer struct {
+	id, code, msg           *string
+	idName                  string
+	failed                  bool
+	genericCode, genericMsg string
+}
+
+func clean(a answer) (dropped []string) {
+	if !Token(*a.id) {
+		*a.id, dropped = "", append(dropped, a.idName)
 	}
-	if r.FailureCode != "" && !failureCode(r.FailureCode) {
-		r.FailureCode, r.FailureMessage, dropped = genericRefusal, genericRefusalMessage, append(dropped, "failure_code")
+	if *a.code != "" && !failureCode(*a.code) {
+		*a.code, *a.msg, dropped = a.genericCode, a.genericMsg, append(dropped, "failure_code")
 	}
-	if !message(r.FailureMessage) {
-		r.FailureMessage, dropped = "", append(dropped, "failure_message")
-		if r.Outcome == OutcomeFailed {
-			r.FailureMessage = genericRefusalMessage
+	if !message(*a.msg) {
+		*a.msg, dropped = "", append(dropped, "failure_message")
+		if a.failed {
+			*a.msg = a.genericMsg
 		}
 	}
-	return r, dropped
+	return dropped
 }
