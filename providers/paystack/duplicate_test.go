@@ -149,3 +149,36 @@ func TestLookupNotFoundOnlyForAnUnknownReference(t *testing.T) {
 		})
 	}
 }
+
+// A verify answer about another reference (a proxy or cache that mixed up
+// paths) settles nothing: the payment stays unknown until an answer about
+// its own charge comes. Flutterwave's adapter checks tx_ref the same way.
+func TestVerifyOfAnotherReferenceSettlesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, answered string
+		want           providers.Outcome
+	}{
+		{"Ours", paystack.WireReference("op-x"), providers.OutcomeSucceeded},
+		{"NoReferenceInTheAnswer", "", providers.OutcomeSucceeded},
+		{"Another", "someone-else", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"status":true,"message":"Verification successful","data":{"id":4099260517,` +
+					`"status":"success","reference":"` + tt.answered + `","amount":5000,"currency":"NGN","customer":{"email":"ada@example.com"}}}`))
+			}))
+			defer srv.Close()
+			p, err := paystack.New(paystack.Config{BaseURL: srv.URL, Timeout: 2 * time.Second})(providers.Secrets{"secret_key": "sk_test_x"})
+			require.NoError(t, err)
+			res, err := p.Lookup(context.Background(), "op-x")
+			if tt.want == "" {
+				require.ErrorIs(t, err, providers.ErrUnknown)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, res.Outcome)
+		})
+	}
+}

@@ -217,6 +217,12 @@ func (p *Provider) verify(ctx context.Context, reference string) (transaction, b
 			return transaction{}, false, fmt.Errorf("%s: %w: unreadable verify answer (HTTP 200)", Name, providers.ErrUnknown)
 		}
 		tx, err := decodeTx(env.Data)
+		if err == nil && tx.Reference != "" && tx.Reference != WireReference(reference) {
+			// An answer about another transaction (a cache or proxy that
+			// mixed up paths) must not settle this payment: the amount
+			// check would pass for a charge of the same price.
+			return transaction{}, false, fmt.Errorf("%s: %w: verify answered for another reference", Name, providers.ErrUnknown)
+		}
 		return tx, err == nil, err
 	case (resp.Status == http.StatusNotFound || resp.Status == http.StatusBadRequest) &&
 		decodeErr == nil && unknownReference(env.Message):

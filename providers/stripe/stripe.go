@@ -319,18 +319,23 @@ func statusError(op string, status int, e *stripeError) error {
 	return wire.StatusError(Name, op, status, msg)
 }
 
-// result maps a PaymentIntent status (shared/providers.md 3.5). Charge
-// always confirms, so requires_payment_method means the confirm failed.
+// result maps a PaymentIntent status (shared/providers.md 3.5).
+// requires_payment_method is a failed confirm only with the attempt's
+// last_payment_error: without one the intent was never confirmed (Charge
+// confirms as it creates, so an intent made by a request whose answer was
+// lost in between), and calling that a card decline would give the
+// merchant a reason that never happened and end the payment for good. It
+// stays pending, and the sweeper takes it to review if it never moves.
 func result(pi paymentIntent) providers.Result {
 	var r providers.Result
-	switch pi.Status {
-	case "succeeded":
+	switch {
+	case pi.Status == "succeeded":
 		r = providers.Result{Outcome: providers.OutcomeSucceeded, TransactionID: pi.ID}
-	case "requires_payment_method":
+	case pi.Status == "requires_payment_method" && pi.LastPaymentError != nil:
 		r = wire.Declined(pi.ID, failureCode(pi.LastPaymentError))
-	case "canceled":
+	case pi.Status == "canceled":
 		r = wire.Declined(pi.ID, "payment_canceled")
-	default: // processing, requires_action, requires_confirmation, requires_capture, unknown
+	default: // processing, requires_action, requires_confirmation, requires_capture, unconfirmed, unknown
 		r = providers.Result{Outcome: providers.OutcomePending, TransactionID: pi.ID}
 	}
 	// Stripe's currencies are lower case, its amounts in its own units: the

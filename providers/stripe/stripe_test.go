@@ -83,6 +83,16 @@ func TestLookup(t *testing.T) {
 		require.Equal(t, providers.OutcomeFailed, res.Outcome)
 		require.Equal(t, "generic_decline", res.FailureCode)
 	})
+	t.Run("AnIntentNeverConfirmedIsPendingNotDeclined", func(t *testing.T) {
+		ref := providers.Reference("m1", "unconfirmed")
+		_, err := p.Charge(ctx, chargeReq(ref, stripetest.TokenPending))
+		require.NoError(t, err)
+		require.NoError(t, fake.Unconfirm(ref))
+		res, err := p.Lookup(ctx, ref)
+		require.NoError(t, err)
+		require.Equal(t, providers.OutcomePending, res.Outcome, "no attempt failed: nothing was declined")
+		require.Empty(t, res.FailureCode)
+	})
 	t.Run("SearchFindsWhatTheListWindowMisses", func(t *testing.T) {
 		ref := providers.Reference("m1", "old")
 		_, err := p.Charge(ctx, chargeReq(ref, stripetest.TokenSuccess))

@@ -125,6 +125,20 @@ func (s *Server) Settle(reference string, outcome providers.Outcome) error {
 	return nil
 }
 
+// Unconfirm puts the intent carrying reference back to an intent made but
+// never confirmed: requires_payment_method with no attempt's error, what
+// Stripe holds when a create's confirm never ran.
+func (s *Server) Unconfirm(reference string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi := s.find(reference)
+	if pi == nil {
+		return fmt.Errorf("stripetest: no intent for %q", reference)
+	}
+	pi.Status, pi.LastPaymentError = "requires_payment_method", nil
+	return nil
+}
+
 // Webhook returns a payment_intent.* event for the intent carrying reference
 // (type from its status), signed with WebhookSecret at time now.
 func (s *Server) Webhook(reference string, now time.Time) (http.Header, []byte, error) {
