@@ -204,9 +204,9 @@ func (s *Service) ReviewOf(ctx context.Context, merchantID, targetID string) (*R
 type ReviewView struct {
 	Reason ReviewReason `json:"reason" example:"amount_mismatch" enums:"provider_pending,provider_reversed,amount_mismatch,reference_conflict,lookup_failed,provider_account_missing,not_found_yet"`
 	Detail string       `json:"detail" example:"the provider's charge under this reference is for another amount or currency than the payment's: not this payment's"`
-	// FlaggedAt is when the gateway put it in review.
+	// When the gateway put it in review.
 	FlaggedAt time.Time `json:"flagged_at" format:"date-time" example:"2026-12-04T10:00:00Z"`
-	// ProviderAnswer is the provider's last answer: at the flag, then at
+	// The provider's last answer: at the flag, then at
 	// each sweep while in review. Absent when it could not be asked.
 	ProviderAnswer *ProviderAnswer `json:"provider_answer,omitempty"`
 } // @name Review
@@ -214,7 +214,7 @@ type ReviewView struct {
 // ProviderAnswer is what a provider last said about a charge or refund,
 // as the gateway keeps it (cleaned: never a raw payload).
 type ProviderAnswer struct {
-	// AskedAt is when the gateway asked.
+	// When the gateway asked.
 	AskedAt     time.Time `json:"asked_at" format:"date-time" example:"2026-12-04T10:00:00Z"`
 	Outcome     string    `json:"outcome,omitempty" example:"succeeded" enums:"succeeded,failed,pending,not_found,reversed"`
 	ID          string    `json:"id,omitempty" example:"4099260516"`
