@@ -248,7 +248,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the\nkey's last attempt and lease, a pending recheck). A payment that went to review has ` + "`" + `review` + "`" + `: why\n(provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,\nprovider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at\nevery sweep while in review). Operators only: a merchant's view never carries it.",
+                "description": "Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the\nkey's last attempt and lease, a pending recheck). A payment that went to review has ` + "`" + `review` + "`" + `: why\n(provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,\nnot_found_yet), when, and the provider's last answer (kept at the flag, and at\nevery sweep while in review). Operators only: a merchant's view never carries it.",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -5034,7 +5034,6 @@ const docTemplate = `{
                         "provider_pending",
                         "provider_reversed",
                         "amount_mismatch",
-                        "reference_conflict",
                         "lookup_failed",
                         "provider_account_missing",
                         "not_found_yet"
@@ -5054,7 +5053,6 @@ const docTemplate = `{
                 "provider_pending",
                 "provider_reversed",
                 "amount_mismatch",
-                "reference_conflict",
                 "lookup_failed",
                 "provider_account_missing",
                 "not_found_yet"
@@ -5063,7 +5061,6 @@ const docTemplate = `{
                 "ReviewProviderPending",
                 "ReviewReversed",
                 "ReviewAmountMismatch",
-                "ReviewReferenceConflict",
                 "ReviewLookupFailed",
                 "ReviewAccountMissing",
                 "ReviewNotFoundYet"

@@ -161,8 +161,8 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 // @Summary      Get a payment (operators)
 // @Description  Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
 // @Description  key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
-// @Description  (provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,
-// @Description  provider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// @Description  (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// @Description  not_found_yet), when, and the provider's last answer (kept at the flag, and at
 // @Description  every sweep while in review). Operators only: a merchant's view never carries it.
 // @Tags         admin
 // @Produce      json

@@ -24,12 +24,10 @@ const (
 	// ReviewReversed: charged, then given back at the provider (refunded at
 	// its dashboard, or charged back): neither a success nor a decline.
 	ReviewReversed ReviewReason = "provider_reversed"
-	// ReviewAmountMismatch: the charge under the payment's reference is for
-	// another amount or currency (provider_amount, provider_currency).
+	// ReviewAmountMismatch: the charge under the payment's reference is
+	// another one: for another amount or currency (the answer's, when the
+	// provider gave them).
 	ReviewAmountMismatch ReviewReason = "amount_mismatch"
-	// ReviewReferenceConflict: the provider holds another charge under the
-	// reference, and said so without its amount.
-	ReviewReferenceConflict ReviewReason = "reference_conflict"
 	// ReviewLookupFailed: the provider could not be asked (provider_error).
 	ReviewLookupFailed ReviewReason = "lookup_failed"
 	// ReviewAccountMissing: the merchant's account with the provider was
@@ -42,13 +40,12 @@ const (
 
 // reviewDetails are the reasons in words, for the on-call engineer.
 var reviewDetails = map[ReviewReason]string{
-	ReviewProviderPending:   "the provider still holds it pending past REVIEW_AFTER: check it at the provider's dashboard",
-	ReviewReversed:          "the provider charged it and has given the money back since (refunded at its dashboard, or charged back): settle it with the merchant",
-	ReviewAmountMismatch:    "the provider's charge under this reference is for another amount or currency than the payment's: not this payment's",
-	ReviewReferenceConflict: "the provider holds another charge under this reference",
-	ReviewLookupFailed:      "the provider could not be asked for all of REVIEW_AFTER (provider_error says how it failed last)",
-	ReviewAccountMissing:    "the merchant's account with this provider was removed: nobody can ask it",
-	ReviewNotFoundYet:       "the provider has no record of it, but its last attempt is too recent for that to be trusted",
+	ReviewProviderPending: "the provider still holds it pending past REVIEW_AFTER: check it at the provider's dashboard",
+	ReviewReversed:        "the provider charged it and has given the money back since (refunded at its dashboard, or charged back): settle it with the merchant",
+	ReviewAmountMismatch:  "the provider's charge under this reference is for another amount or currency than the payment's: not this payment's",
+	ReviewLookupFailed:    "the provider could not be asked for all of REVIEW_AFTER (provider_error says how it failed last)",
+	ReviewAccountMissing:  "the merchant's account with this provider was removed: nobody can ask it",
+	ReviewNotFoundYet:     "the provider has no record of it, but its last attempt is too recent for that to be trusted",
 }
 
 // review is a row of reviews (migration 20): why its target is in review,
@@ -110,7 +107,10 @@ func (a asked) why() review {
 	case errors.As(a.err, &oc):
 		rv.Reason, res = ReviewAmountMismatch, oc.res
 	case errors.Is(a.err, providers.ErrReferenceConflict):
-		rv.Reason = ReviewReferenceConflict
+		// An adapter's own finding of another charge (its Charge's, today;
+		// a Lookup may say so too under the contract): the same reason,
+		// without the answer.
+		rv.Reason = ReviewAmountMismatch
 	case a.err != nil:
 		rv.Reason, rv.ProviderError = ReviewLookupFailed, errorClass(a.err)
 	case res.Reversed:
@@ -202,7 +202,7 @@ func (s *Service) ReviewOf(ctx context.Context, merchantID, targetID string) (*R
 // business, settled by an operator; a merchant sees requires_review and,
 // once resolved, the outcome.
 type ReviewView struct {
-	Reason ReviewReason `json:"reason" example:"amount_mismatch" enums:"provider_pending,provider_reversed,amount_mismatch,reference_conflict,lookup_failed,provider_account_missing,not_found_yet"`
+	Reason ReviewReason `json:"reason" example:"amount_mismatch" enums:"provider_pending,provider_reversed,amount_mismatch,lookup_failed,provider_account_missing,not_found_yet"`
 	Detail string       `json:"detail" example:"the provider's charge under this reference is for another amount or currency than the payment's: not this payment's"`
 	// When the gateway put it in review.
 	FlaggedAt time.Time `json:"flagged_at" format:"date-time" example:"2026-12-04T10:00:00Z"`

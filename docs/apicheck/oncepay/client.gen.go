@@ -232,13 +232,12 @@ func (e ResolveRequestStatus) Valid() bool {
 
 // Defines values for ReviewReason.
 const (
-	ReviewAccountMissing    ReviewReason = "provider_account_missing"
-	ReviewAmountMismatch    ReviewReason = "amount_mismatch"
-	ReviewLookupFailed      ReviewReason = "lookup_failed"
-	ReviewNotFoundYet       ReviewReason = "not_found_yet"
-	ReviewProviderPending   ReviewReason = "provider_pending"
-	ReviewReferenceConflict ReviewReason = "reference_conflict"
-	ReviewReversed          ReviewReason = "provider_reversed"
+	ReviewAccountMissing  ReviewReason = "provider_account_missing"
+	ReviewAmountMismatch  ReviewReason = "amount_mismatch"
+	ReviewLookupFailed    ReviewReason = "lookup_failed"
+	ReviewNotFoundYet     ReviewReason = "not_found_yet"
+	ReviewProviderPending ReviewReason = "provider_pending"
+	ReviewReversed        ReviewReason = "provider_reversed"
 )
 
 // Valid indicates whether the value is a known member of the ReviewReason enum.
@@ -253,8 +252,6 @@ func (e ReviewReason) Valid() bool {
 	case ReviewNotFoundYet:
 		return true
 	case ReviewProviderPending:
-		return true
-	case ReviewReferenceConflict:
 		return true
 	case ReviewReversed:
 		return true
@@ -2031,8 +2028,8 @@ type ClientInterface interface {
 	//
 	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
 	// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
-	// (provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,
-	// provider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at
+	// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+	// not_found_yet), when, and the provider's last answer (kept at the flag, and at
 	// every sweep while in review). Operators only: a merchant's view never carries it.
 	//
 	// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
@@ -2475,8 +2472,8 @@ func (c *Client) AdminSearchPayments(ctx context.Context, params *AdminSearchPay
 //
 // Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
 // key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
-// (provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,
-// provider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// not_found_yet), when, and the provider's last answer (kept at the flag, and at
 // every sweep while in review). Operators only: a merchant's view never carries it.
 //
 // Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
@@ -5344,8 +5341,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
 	// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
-	// (provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,
-	// provider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at
+	// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+	// not_found_yet), when, and the provider's last answer (kept at the flag, and at
 	// every sweep while in review). Operators only: a merchant's view never carries it.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -10880,8 +10877,8 @@ func (c *ClientWithResponses) AdminSearchPaymentsWithResponse(ctx context.Contex
 //
 // Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
 // key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
-// (provider_pending, provider_reversed, amount_mismatch, reference_conflict, lookup_failed,
-// provider_account_missing, not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// not_found_yet), when, and the provider's last answer (kept at the flag, and at
 // every sweep while in review). Operators only: a merchant's view never carries it.
 //
 // Returns a wrapper object for the known response body format(s).
