@@ -248,7 +248,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the\nkey's last attempt and lease, a pending recheck).",
+                "description": "Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the\nkey's last attempt and lease, a pending recheck). A payment that went to review has ` + "`" + `review` + "`" + `: why\n(provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,\nnot_found_yet), when, and the provider's last answer (kept at the flag, and at\nevery sweep while in review). Operators only: a merchant's view never carries it.",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -504,7 +504,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).",
+                "description": "Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).\nA refund that went to review has ` + "`" + `review` + "`" + `, as a payment's detail does (provider_pending, lookup_failed,\nprovider_account_missing, not_found_yet).",
                 "produces": [
                     "application/json",
                     "application/problem+json"
@@ -528,7 +528,7 @@ const docTemplate = `{
                     "200": {
                         "description": "OK",
                         "schema": {
-                            "$ref": "#/definitions/AdminRefund"
+                            "$ref": "#/definitions/AdminRefundDetail"
                         }
                     },
                     "400": {
@@ -3657,6 +3657,14 @@ const docTemplate = `{
                         "$ref": "#/definitions/Refund"
                     }
                 },
+                "review": {
+                    "description": "Review: why the payment went to review and what its provider last\nanswered; absent when it never did.",
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/Review"
+                        }
+                    ]
+                },
                 "status": {
                     "enum": [
                         "processing",
@@ -3778,6 +3786,113 @@ const docTemplate = `{
                 "reason": {
                     "type": "string",
                     "example": "requested_by_customer"
+                },
+                "status": {
+                    "enum": [
+                        "pending",
+                        "succeeded",
+                        "failed",
+                        "requires_review"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/RefundStatus"
+                        }
+                    ],
+                    "example": "succeeded"
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_df4a0c1b2e3f405162738495"
+                },
+                "updated_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:01Z"
+                }
+            }
+        },
+        "AdminRefundDetail": {
+            "type": "object",
+            "required": [
+                "amount",
+                "created_at",
+                "currency",
+                "id",
+                "idempotency_key",
+                "metadata",
+                "object",
+                "payment_id",
+                "provider",
+                "provider_reference",
+                "status",
+                "tenant_id",
+                "updated_at"
+            ],
+            "properties": {
+                "amount": {
+                    "type": "integer",
+                    "example": 3000
+                },
+                "created_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-03T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "exceeds_charge"
+                },
+                "failure_message": {
+                    "type": "string",
+                    "example": "The refund exceeds what is left of the charge."
+                },
+                "id": {
+                    "type": "string",
+                    "example": "re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8"
+                },
+                "idempotency_key": {
+                    "type": "string",
+                    "example": "refund-7c1b"
+                },
+                "metadata": {
+                    "type": "object"
+                },
+                "object": {
+                    "type": "string",
+                    "example": "refund"
+                },
+                "payment_id": {
+                    "type": "string",
+                    "example": "pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6"
+                },
+                "provider": {
+                    "type": "string",
+                    "example": "simulator"
+                },
+                "provider_reference": {
+                    "type": "string",
+                    "example": "or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d"
+                },
+                "provider_refund_id": {
+                    "type": "string",
+                    "example": "simre_2b6c7d8e"
+                },
+                "reason": {
+                    "type": "string",
+                    "example": "requested_by_customer"
+                },
+                "review": {
+                    "description": "Review: why the refund went to review and what its provider last\nanswered; absent when it never did.",
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/Review"
+                        }
+                    ]
                 },
                 "status": {
                     "enum": [
@@ -4501,6 +4616,57 @@ const docTemplate = `{
                 }
             }
         },
+        "ProviderAnswer": {
+            "type": "object",
+            "required": [
+                "asked_at"
+            ],
+            "properties": {
+                "amount": {
+                    "description": "Amount and Currency: the charge as the provider reported it, where\nits answer carried them.",
+                    "type": "integer",
+                    "example": 4000
+                },
+                "asked_at": {
+                    "description": "When the gateway asked.",
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-04T10:00:00Z"
+                },
+                "currency": {
+                    "type": "string",
+                    "example": "NGN"
+                },
+                "error": {
+                    "description": "Error: how asking failed (timeout, refused, unknown, error), instead\nof an answer.",
+                    "type": "string",
+                    "example": "timeout"
+                },
+                "failure_code": {
+                    "type": "string",
+                    "example": "insufficient_funds"
+                },
+                "id": {
+                    "type": "string",
+                    "example": "4099260516"
+                },
+                "message": {
+                    "type": "string",
+                    "example": "Insufficient funds"
+                },
+                "outcome": {
+                    "type": "string",
+                    "enum": [
+                        "succeeded",
+                        "failed",
+                        "pending",
+                        "not_found",
+                        "reversed"
+                    ],
+                    "example": "succeeded"
+                }
+            }
+        },
         "ProviderDisagreesProblem": {
             "type": "object",
             "required": [
@@ -4836,6 +5002,69 @@ const docTemplate = `{
                     "example": "failed"
                 }
             }
+        },
+        "Review": {
+            "type": "object",
+            "required": [
+                "detail",
+                "flagged_at",
+                "reason"
+            ],
+            "properties": {
+                "detail": {
+                    "type": "string",
+                    "example": "the provider's charge under this reference is for another amount or currency than the payment's: not this payment's"
+                },
+                "flagged_at": {
+                    "description": "When the gateway put it in review.",
+                    "type": "string",
+                    "format": "date-time",
+                    "example": "2026-12-04T10:00:00Z"
+                },
+                "provider_answer": {
+                    "description": "The provider's last answer: at the flag, then at\neach sweep while in review. Absent when it could not be asked.",
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/ProviderAnswer"
+                        }
+                    ]
+                },
+                "reason": {
+                    "enum": [
+                        "provider_pending",
+                        "provider_reversed",
+                        "amount_mismatch",
+                        "lookup_failed",
+                        "provider_account_missing",
+                        "not_found_yet"
+                    ],
+                    "allOf": [
+                        {
+                            "$ref": "#/definitions/ReviewReason"
+                        }
+                    ],
+                    "example": "amount_mismatch"
+                }
+            }
+        },
+        "ReviewReason": {
+            "type": "string",
+            "enum": [
+                "provider_pending",
+                "provider_reversed",
+                "amount_mismatch",
+                "lookup_failed",
+                "provider_account_missing",
+                "not_found_yet"
+            ],
+            "x-enum-varnames": [
+                "ReviewProviderPending",
+                "ReviewReversed",
+                "ReviewAmountMismatch",
+                "ReviewLookupFailed",
+                "ReviewAccountMissing",
+                "ReviewNotFoundYet"
+            ]
         },
         "Tenant": {
             "type": "object",

@@ -23,6 +23,9 @@ type Detail struct {
 	Payment Payment
 	Refunds []Refund
 	Key     *idempotency.Record // nil once purged (or released)
+	// Review is why the payment went to review; nil when it never did (or
+	// did before the gateway kept reasons, migration 20).
+	Review *ReviewView
 }
 
 // Detail returns a payment of any tenant with its refunds and its key.
@@ -36,6 +39,9 @@ func (s *Service) Detail(ctx context.Context, id string) (Detail, error) {
 		return Detail{}, err
 	}
 	d := Detail{Payment: p, Refunds: refunds}
+	if d.Review, err = s.ReviewOf(ctx, p.MerchantID, p.ID); err != nil {
+		return Detail{}, err
+	}
 	if rec, err := s.keys.Get(ctx, p.MerchantID, p.IdempotencyKey); err == nil {
 		d.Key = rec
 	} else if !errors.Is(err, idempotency.ErrNotFound) {

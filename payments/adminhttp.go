@@ -57,6 +57,9 @@ type AdminDetail struct {
 	RecheckAt *time.Time   `json:"recheck_at,omitempty" format:"date-time"`
 	Key       *KeyState    `json:"key,omitempty"`
 	Refunds   []RefundView `json:"refunds"`
+	// Review: why the payment went to review and what its provider last
+	// answered; absent when it never did.
+	Review *ReviewView `json:"review,omitempty"`
 } // @name AdminPaymentDetail
 
 // AdminRefund is a refund as the operator desk shows it: with its tenant.
@@ -64,6 +67,14 @@ type AdminRefund struct {
 	RefundView
 	TenantID string `json:"tenant_id" example:"ten_df4a0c1b2e3f405162738495"`
 } // @name AdminRefund
+
+// AdminRefundDetail is one refund with why it went to review.
+type AdminRefundDetail struct {
+	AdminRefund
+	// Review: why the refund went to review and what its provider last
+	// answered; absent when it never did.
+	Review *ReviewView `json:"review,omitempty"`
+} // @name AdminRefundDetail
 
 // AdminRefundPage is one page of refunds.
 type AdminRefundPage struct {
@@ -149,7 +160,10 @@ func (h *Handler) adminSearch(c *fiber.Ctx) error {
 // adminGet godoc
 // @Summary      Get a payment (operators)
 // @Description  Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
-// @Description  key's last attempt and lease, a pending recheck).
+// @Description  key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
+// @Description  (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// @Description  not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// @Description  every sweep while in review). Operators only: a merchant's view never carries it.
 // @Tags         admin
 // @Produce      json
 // @Produce      application/problem+json
@@ -179,7 +193,7 @@ func (h *Handler) adminGet(c *fiber.Ctx) error {
 		return err
 	}
 	out := AdminDetail{AdminView: AdminView{View: d.Payment.View(), TenantID: d.Payment.MerchantID},
-		RecheckAt: d.Payment.RecheckAt, Refunds: make([]RefundView, 0, len(d.Refunds))}
+		RecheckAt: d.Payment.RecheckAt, Refunds: make([]RefundView, 0, len(d.Refunds)), Review: d.Review}
 	for i := range d.Refunds {
 		out.Refunds = append(out.Refunds, d.Refunds[i].View())
 	}
@@ -294,12 +308,14 @@ func (h *Handler) adminSearchRefunds(c *fiber.Ctx) error {
 // adminGetRefund godoc
 // @Summary      Get a refund (operators)
 // @Description  Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+// @Description  A refund that went to review has `review`, as a payment's detail does (provider_pending, lookup_failed,
+// @Description  provider_account_missing, not_found_yet).
 // @Tags         admin
 // @Produce      json
 // @Produce      application/problem+json
 // @Security     AdminKey
 // @Param        id path string true "Refund id" extensions(x-example=re_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6)
-// @Success      200 {object} AdminRefund
+// @Success      200 {object} AdminRefundDetail
 // @Failure      400 {object} problem.Problem "invalid_request: a query parameter (the route takes none)"
 // @Failure      401 {object} problem.Problem "unauthorized"
 // @Failure      404 {object} problem.Problem "refund_not_found"
@@ -322,7 +338,11 @@ func (h *Handler) adminGetRefund(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(AdminRefund{RefundView: r.View(), TenantID: r.MerchantID})
+	rv, err := h.svc.ReviewOf(c.UserContext(), r.MerchantID, r.ID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(AdminRefundDetail{AdminRefund: AdminRefund{RefundView: r.View(), TenantID: r.MerchantID}, Review: rv})
 }
 
 // errRefundNotFound is the 404 of a refund id no refund has.

@@ -555,6 +555,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		return Pending, errors.Join(err, s.keys.LeaveInProgress(rctx, claim))
 	}
 	lctx, cancelLookup := s.withinLease(ctx, claim)
+	at := s.now()
 	res, err := s.lookupRefund(lctx, &r)
 	cancelLookup()
 	ctx, cancel := s.recordContext(ctx)
@@ -562,7 +563,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 	mayRelease = mayRelease && claim.SinceAttempt >= s.refundReleaseAfter(ctx, &r)
 	if err != nil || !res.Outcome.Final() && res.Outcome != providers.OutcomeNotFound ||
 		res.Outcome == providers.OutcomeNotFound && !mayRelease {
-		return s.refundStillUnknown(ctx, claim, &r, err)
+		return s.refundStillUnknown(ctx, claim, &r, err, askedRefund(res, err, &at))
 	}
 	if res.Outcome == providers.OutcomeNotFound {
 		ok, err := s.neverRefunded(ctx, claim, &r, FailureNotProcessed,
@@ -604,13 +605,20 @@ func (s *Service) refundReleaseAfter(ctx context.Context, r *Refund) time.Durati
 
 // refundStillUnknown leaves a refund's key in progress for the next run
 // and, after ReviewAfter, flags the refund requires_review for a human —
-// only while the claim still owns the key (as stillUnknown for payments).
-func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Claim, r *Refund, cause error) (Settlement, error) {
+// only while the claim still owns the key (as stillUnknown for payments),
+// with why (looked) for the operator desk.
+func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Claim, r *Refund, cause error, looked asked) (Settlement, error) {
 	if cause != nil {
 		cause = fmt.Errorf("payments: settle refund %s: %w", r.ID, cause)
 	}
 	if r.Status == RefundRequiresReview || r.age() < s.cfg.ReviewAfter {
-		if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		var err error
+		if r.Status == RefundRequiresReview {
+			err = s.stillInReview(ctx, claim, r.MerchantID, r.ID, looked)
+		} else {
+			err = s.keys.LeaveInProgress(ctx, claim)
+		}
+		if err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
 			return "", errors.Join(cause, err)
 		}
 		if r.Status == RefundRequiresReview {
@@ -628,6 +636,9 @@ func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Clai
 		if err != nil || !ok {
 			return err
 		}
+		if err := s.store.flagReview(ctx, tx, r.MerchantID, r.ID, at, looked.why()); err != nil {
+			return err
+		}
 		flagged = true
 		r.Status, r.UpdatedAt = RefundRequiresReview, at
 		return s.emitRefund(ctx, tx, r)
@@ -640,7 +651,8 @@ func (s *Service) refundStillUnknown(ctx context.Context, claim idempotency.Clai
 	case flagged:
 		// An error: a person must act (README: the review queue).
 		s.cfg.Log.ErrorContext(ctx, "refund requires review: the provider gave no final outcome (pending, not found yet, or could not be asked) within REVIEW_AFTER",
-			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider)
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider,
+			"reason", string(looked.why().Reason))
 	}
 	return Review, cause
 }

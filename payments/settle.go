@@ -140,7 +140,8 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	prov, err := s.accounts.Provider(ctx, p.MerchantID, p.Provider)
 	if err != nil {
 		// The merchant's account was removed: nobody can ask the provider.
-		return s.stillUnknown(ctx, claim, &p, fmt.Errorf("provider account: %w", err))
+		err = fmt.Errorf("provider account: %w", err)
+		return s.stillUnknown(ctx, claim, &p, err, asked{err: err})
 	}
 	if err := s.pace(ctx, p.Provider, claim.LeaseEnds); err != nil {
 		// The run ended while waiting its turn: nothing asked, the key
@@ -153,7 +154,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	// half, and a lookup still running past it would be answered to a
 	// worker that may no longer own the key.
 	lctx, cancelLookup := s.withinLease(ctx, claim)
-	start := time.Now()
+	start, at := time.Now(), s.now()
 	res, err := prov.Lookup(lctx, p.ProviderReference)
 	cancelLookup()
 	s.observeProvider(p.Provider, "lookup", err, time.Since(start))
@@ -162,8 +163,9 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	// used up the caller's budget must still end the claim properly.
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
+	looked := asked{res: res, err: err, at: &at}
 	if err != nil {
-		return s.stillUnknown(ctx, claim, &p, err)
+		return s.stillUnknown(ctx, claim, &p, err, looked)
 	}
 	switch res.Outcome {
 	case providers.OutcomeSucceeded, providers.OutcomeFailed:
@@ -175,7 +177,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		return Resolved, nil
 	case providers.OutcomeNotFound:
 		if !mayRelease {
-			return s.stillUnknown(ctx, claim, &p, nil)
+			return s.stillUnknown(ctx, claim, &p, nil, looked)
 		}
 		ok, err := s.neverCharged(ctx, claim, &p, FailureNotProcessed,
 			"The provider never received the charge; retry with the same Idempotency-Key.")
@@ -192,7 +194,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
 		return Released, nil
 	default:
-		return s.stillUnknown(ctx, claim, &p, nil)
+		return s.stillUnknown(ctx, claim, &p, nil, looked)
 	}
 }
 
@@ -216,12 +218,14 @@ func (s *Service) ours(ctx context.Context, p *Payment, res providers.Result, er
 	s.cfg.Log.Log(ctx, level, "the provider's charge under this payment's reference is for another amount or currency; not settled by it",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", p.IdempotencyKey, "provider", p.Provider, "amount", p.Amount, "currency", p.Currency,
 		"provider_amount", res.Amount, "provider_currency", res.Currency, "provider_outcome", string(res.Outcome))
-	return providers.Result{}, fmt.Errorf("payments: lookup of %s: %w: %w", p.ID, providers.ErrUnknown, providers.ErrReferenceConflict)
+	return providers.Result{}, &otherCharge{res: res,
+		err: fmt.Errorf("payments: lookup of %s: %w: %w", p.ID, providers.ErrUnknown, providers.ErrReferenceConflict)}
 }
 
 // stillUnknown leaves the key in progress for the next run, and after
-// ReviewAfter flags the payment for a human.
-func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *Payment, cause error) (Settlement, error) {
+// ReviewAfter flags the payment for a human, with why (looked: the
+// provider's answer, or why it could not be asked), for the operator desk.
+func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *Payment, cause error, looked asked) (Settlement, error) {
 	result := Pending
 	if p.age() >= s.cfg.ReviewAfter && p.Status == StatusProcessing {
 		// Flagged only while the claim still owns the key.
@@ -229,8 +233,15 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 			if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
 				return err
 			}
-			if err := s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, s.now()); err != nil {
+			at := s.now()
+			ok, err := s.store.MarkReview(ctx, tx, p.MerchantID, p.ID, at)
+			if err != nil {
 				return err
+			}
+			if ok {
+				if err := s.store.flagReview(ctx, tx, p.MerchantID, p.ID, at, looked.why()); err != nil {
+					return err
+				}
 			}
 			flagged := *p
 			flagged.Status = StatusRequiresReview
@@ -248,13 +259,18 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 		s.observe(p)
 		// An error: a person must act (README: the review queue).
 		s.cfg.Log.ErrorContext(ctx, "payment requires review: the provider gave no final outcome (pending, not found yet, or could not be asked) within REVIEW_AFTER",
-			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider,
+			"reason", string(looked.why().Reason))
 		result = Review
 	} else {
+		var err error
 		if p.Status == StatusRequiresReview {
 			result = Review
+			err = s.stillInReview(ctx, claim, p.MerchantID, p.ID, looked)
+		} else {
+			err = s.keys.LeaveInProgress(ctx, claim)
 		}
-		if err := s.keys.LeaveInProgress(ctx, claim); err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
+		if err != nil && !errors.Is(err, idempotency.ErrLostClaim) {
 			return "", err
 		}
 	}
@@ -262,4 +278,22 @@ func (s *Service) stillUnknown(ctx context.Context, claim idempotency.Claim, p *
 		return result, fmt.Errorf("payments: settle %s: %w", p.ID, cause)
 	}
 	return result, nil
+}
+
+// stillInReview leaves the key of a target already in review in progress
+// and, in the same transaction, keeps the provider's answer the sweep got
+// as its review's last: what the operator desk shows is the latest look,
+// not the one a day old that flagged it. Only a look that was made
+// counts: an account still missing has nothing new to say.
+func (s *Service) stillInReview(ctx context.Context, claim idempotency.Claim, merchantID, targetID string, looked asked) error {
+	rv := looked.why()
+	if rv.AskedAt == nil {
+		return s.keys.LeaveInProgress(ctx, claim)
+	}
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.keys.LeaveInProgressTx(ctx, tx, claim); err != nil {
+			return err
+		}
+		return s.store.reviewAnswer(ctx, tx, merchantID, targetID, rv)
+	})
 }

@@ -457,10 +457,11 @@ func (s *Store) lookLater(ctx context.Context, merchantID, id string, status Sta
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
 
-// MarkReview flags a payment still processing for a human.
-func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) error {
-	err := s.exec(ctx, tx).Model(&Payment{}).
+// MarkReview flags a payment still processing for a human; ok is false
+// when it was not processing any more.
+func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) (ok bool, err error) {
+	res := s.exec(ctx, tx).Model(&Payment{}).
 		Where("merchant_id = ? AND id = ? AND status = ?", merchantID, id, StatusProcessing).
-		Updates(map[string]any{"status": StatusRequiresReview, "updated_at": at}).Error
-	return interpret("mark review", err)
+		Updates(map[string]any{"status": StatusRequiresReview, "updated_at": at})
+	return res.RowsAffected == 1, interpret("mark review", res.Error)
 }

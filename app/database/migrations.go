@@ -440,6 +440,30 @@ UPDATE idempotency_keys SET attempted_at = created_at WHERE completed_at IS NULL
 	// scan of the whole log (0.6 s at two million events).
 	{19, "audit_events_by_target", `
 CREATE INDEX audit_events_target_idx ON audit_events (target_id, at, id)`},
+	// Why a payment or a refund is in review, and what its provider last
+	// answered, for the operator desk: written in the transaction that
+	// flags it (never on a payment's way to success, which pays nothing
+	// for it), so on-call reads the reason instead of grepping the logs.
+	// A table of its own, keyed by (merchant_id, target_id) — a pay_… or
+	// a re_… — as from 16 on no migration changes an existing table's
+	// columns. One row per target: the last flag's, its answer refreshed
+	// while the sweeper keeps asking.
+	{20, "reviews", `
+CREATE TABLE reviews (
+	merchant_id           TEXT NOT NULL,
+	target_id             TEXT NOT NULL,
+	reason                TEXT NOT NULL,
+	flagged_at            {{ts}} NOT NULL,
+	provider_outcome      TEXT NOT NULL DEFAULT '',
+	provider_id           TEXT NOT NULL DEFAULT '',
+	provider_failure_code TEXT NOT NULL DEFAULT '',
+	provider_message      TEXT NOT NULL DEFAULT '',
+	provider_amount       BIGINT,
+	provider_currency     TEXT NOT NULL DEFAULT '',
+	provider_error        TEXT NOT NULL DEFAULT '',
+	asked_at              {{ts}},
+	PRIMARY KEY (merchant_id, target_id)
+);`},
 }
 
 // migrationSQL is what m runs on d.

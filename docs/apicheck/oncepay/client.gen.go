@@ -110,6 +110,33 @@ func (e PaymentStatus) Valid() bool {
 	}
 }
 
+// Defines values for ProviderAnswerOutcome.
+const (
+	ProviderAnswerOutcomeFailed    ProviderAnswerOutcome = "failed"
+	ProviderAnswerOutcomeNotFound  ProviderAnswerOutcome = "not_found"
+	ProviderAnswerOutcomePending   ProviderAnswerOutcome = "pending"
+	ProviderAnswerOutcomeReversed  ProviderAnswerOutcome = "reversed"
+	ProviderAnswerOutcomeSucceeded ProviderAnswerOutcome = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the ProviderAnswerOutcome enum.
+func (e ProviderAnswerOutcome) Valid() bool {
+	switch e {
+	case ProviderAnswerOutcomeFailed:
+		return true
+	case ProviderAnswerOutcomeNotFound:
+		return true
+	case ProviderAnswerOutcomePending:
+		return true
+	case ProviderAnswerOutcomeReversed:
+		return true
+	case ProviderAnswerOutcomeSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessDatabase.
 const (
 	ReadinessDatabaseOk ReadinessDatabase = "ok"
@@ -197,6 +224,36 @@ func (e ResolveRequestStatus) Valid() bool {
 	case ResolveRequestStatusFailed:
 		return true
 	case ResolveRequestStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReviewReason.
+const (
+	ReviewAccountMissing  ReviewReason = "provider_account_missing"
+	ReviewAmountMismatch  ReviewReason = "amount_mismatch"
+	ReviewLookupFailed    ReviewReason = "lookup_failed"
+	ReviewNotFoundYet     ReviewReason = "not_found_yet"
+	ReviewProviderPending ReviewReason = "provider_pending"
+	ReviewReversed        ReviewReason = "provider_reversed"
+)
+
+// Valid indicates whether the value is a known member of the ReviewReason enum.
+func (e ReviewReason) Valid() bool {
+	switch e {
+	case ReviewAccountMissing:
+		return true
+	case ReviewAmountMismatch:
+		return true
+	case ReviewLookupFailed:
+		return true
+	case ReviewNotFoundYet:
+		return true
+	case ReviewProviderPending:
+		return true
+	case ReviewReversed:
 		return true
 	default:
 		return false
@@ -578,6 +635,10 @@ type AdminPaymentDetail struct {
 	RecheckAt             *time.Time `json:"recheck_at,omitempty"`
 	Refunds               []Refund   `json:"refunds"`
 
+	// Review Review: why the payment went to review and what its provider last
+	// answered; absent when it never did.
+	Review *Review `json:"review,omitempty"`
+
 	// Status Example: succeeded
 	Status PaymentStatus `json:"status"`
 
@@ -640,6 +701,62 @@ type AdminRefund struct {
 
 	// Reason Example: requested_by_customer
 	Reason *string `json:"reason,omitempty"`
+
+	// Status Example: succeeded
+	Status RefundStatus `json:"status"`
+
+	// TenantId Example: ten_df4a0c1b2e3f405162738495
+	TenantId string `json:"tenant_id"`
+
+	// UpdatedAt Example: 2026-12-03T10:00:01Z
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// AdminRefundDetail defines model for AdminRefundDetail.
+type AdminRefundDetail struct {
+	// Amount Example: 3000
+	Amount int `json:"amount"`
+
+	// CreatedAt Example: 2026-12-03T10:00:00Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// Currency Example: NGN
+	Currency string `json:"currency"`
+
+	// FailureCode Example: exceeds_charge
+	FailureCode *string `json:"failure_code,omitempty"`
+
+	// FailureMessage Example: The refund exceeds what is left of the charge.
+	FailureMessage *string `json:"failure_message,omitempty"`
+
+	// Id Example: re_3f1e0c9d2b8a47e6a5d4c3b2a1f0e9d8
+	Id string `json:"id"`
+
+	// IdempotencyKey Example: refund-7c1b
+	IdempotencyKey string                 `json:"idempotency_key"`
+	Metadata       map[string]interface{} `json:"metadata"`
+
+	// Object Example: refund
+	Object string `json:"object"`
+
+	// PaymentId Example: pay_5f2c0d9e4b7a41c3a8e6f1d2b3c4a5e6
+	PaymentId string `json:"payment_id"`
+
+	// Provider Example: simulator
+	Provider string `json:"provider"`
+
+	// ProviderReference Example: or-1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d
+	ProviderReference string `json:"provider_reference"`
+
+	// ProviderRefundId Example: simre_2b6c7d8e
+	ProviderRefundId *string `json:"provider_refund_id,omitempty"`
+
+	// Reason Example: requested_by_customer
+	Reason *string `json:"reason,omitempty"`
+
+	// Review Review: why the refund went to review and what its provider last
+	// answered; absent when it never did.
+	Review *Review `json:"review,omitempty"`
 
 	// Status Example: succeeded
 	Status RefundStatus `json:"status"`
@@ -1043,6 +1160,44 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ProviderAnswer defines model for ProviderAnswer.
+type ProviderAnswer struct {
+	// Amount Amount and Currency: the charge as the provider reported it, where
+	// its answer carried them.
+	//
+	// Example: 4000
+	Amount *int `json:"amount,omitempty"`
+
+	// AskedAt When the gateway asked.
+	//
+	// Example: 2026-12-04T10:00:00Z
+	AskedAt time.Time `json:"asked_at"`
+
+	// Currency Example: NGN
+	Currency *string `json:"currency,omitempty"`
+
+	// Error Error: how asking failed (timeout, refused, unknown, error), instead
+	// of an answer.
+	//
+	// Example: timeout
+	Error *string `json:"error,omitempty"`
+
+	// FailureCode Example: insufficient_funds
+	FailureCode *string `json:"failure_code,omitempty"`
+
+	// Id Example: 4099260516
+	Id *string `json:"id,omitempty"`
+
+	// Message Example: Insufficient funds
+	Message *string `json:"message,omitempty"`
+
+	// Outcome Example: succeeded
+	Outcome *ProviderAnswerOutcome `json:"outcome,omitempty"`
+}
+
+// ProviderAnswerOutcome Example: succeeded
+type ProviderAnswerOutcome string
+
 // ProviderDisagreesProblem defines model for ProviderDisagreesProblem.
 type ProviderDisagreesProblem struct {
 	// Code Example: invalid_request
@@ -1240,6 +1395,27 @@ type ResolveRequest struct {
 
 // ResolveRequestStatus Example: failed
 type ResolveRequestStatus string
+
+// Review defines model for Review.
+type Review struct {
+	// Detail Example: the provider's charge under this reference is for another amount or currency than the payment's: not this payment's
+	Detail string `json:"detail"`
+
+	// FlaggedAt When the gateway put it in review.
+	//
+	// Example: 2026-12-04T10:00:00Z
+	FlaggedAt time.Time `json:"flagged_at"`
+
+	// ProviderAnswer The provider's last answer: at the flag, then at
+	// each sweep while in review. Absent when it could not be asked.
+	ProviderAnswer *ProviderAnswer `json:"provider_answer,omitempty"`
+
+	// Reason Example: amount_mismatch
+	Reason ReviewReason `json:"reason"`
+}
+
+// ReviewReason defines model for ReviewReason.
+type ReviewReason string
 
 // Tenant defines model for Tenant.
 type Tenant struct {
@@ -1851,7 +2027,10 @@ type ClientInterface interface {
 	// AdminGetPayment Get a payment (operators)
 	//
 	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
-	// key's last attempt and lease, a pending recheck).
+	// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
+	// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+	// not_found_yet), when, and the provider's last answer (kept at the flag, and at
+	// every sweep while in review). Operators only: a merchant's view never carries it.
 	//
 	// Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
 	AdminGetPayment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1893,6 +2072,8 @@ type ClientInterface interface {
 	// AdminGetRefund Get a refund (operators)
 	//
 	// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+	// A refund that went to review has `review`, as a payment's detail does (provider_pending, lookup_failed,
+	// provider_account_missing, not_found_yet).
 	//
 	// Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
 	AdminGetRefund(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2290,7 +2471,10 @@ func (c *Client) AdminSearchPayments(ctx context.Context, params *AdminSearchPay
 // AdminGetPayment Get a payment (operators)
 //
 // Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
-// key's last attempt and lease, a pending recheck).
+// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
+// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// every sweep while in review). Operators only: a merchant's view never carries it.
 //
 // Corresponds with GET /admin/v1/payments/{id} (the `AdminGetPayment` operationId).
 func (c *Client) AdminGetPayment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2372,6 +2556,8 @@ func (c *Client) AdminSearchRefunds(ctx context.Context, params *AdminSearchRefu
 // AdminGetRefund Get a refund (operators)
 //
 // Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+// A refund that went to review has `review`, as a payment's detail does (provider_pending, lookup_failed,
+// provider_account_missing, not_found_yet).
 //
 // Corresponds with GET /admin/v1/refunds/{id} (the `AdminGetRefund` operationId).
 func (c *Client) AdminGetRefund(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5154,7 +5340,10 @@ type ClientWithResponsesInterface interface {
 	// AdminGetPaymentWithResponse Get a payment (operators)
 	//
 	// Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
-	// key's last attempt and lease, a pending recheck).
+	// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
+	// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+	// not_found_yet), when, and the provider's last answer (kept at the flag, and at
+	// every sweep while in review). Operators only: a merchant's view never carries it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5200,6 +5389,8 @@ type ClientWithResponsesInterface interface {
 	// AdminGetRefundWithResponse Get a refund (operators)
 	//
 	// Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+	// A refund that went to review has `review`, as a payment's detail does (provider_pending, lookup_failed,
+	// provider_account_missing, not_found_yet).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6228,7 +6419,7 @@ type AdminGetRefundResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *AdminRefund
+	JSON200 *AdminRefundDetail
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -6254,7 +6445,7 @@ type AdminGetRefundResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AdminGetRefundResponse) GetJSON200() *AdminRefund {
+func (r AdminGetRefundResponse) GetJSON200() *AdminRefundDetail {
 	return r.JSON200
 }
 
@@ -10685,7 +10876,10 @@ func (c *ClientWithResponses) AdminSearchPaymentsWithResponse(ctx context.Contex
 // AdminGetPaymentWithResponse Get a payment (operators)
 //
 // Any tenant's payment, with its refunds and what the gateway knows of its attempts (the count, the
-// key's last attempt and lease, a pending recheck).
+// key's last attempt and lease, a pending recheck). A payment that went to review has `review`: why
+// (provider_pending, provider_reversed, amount_mismatch, lookup_failed, provider_account_missing,
+// not_found_yet), when, and the provider's last answer (kept at the flag, and at
+// every sweep while in review). Operators only: a merchant's view never carries it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10755,6 +10949,8 @@ func (c *ClientWithResponses) AdminSearchRefundsWithResponse(ctx context.Context
 // AdminGetRefundWithResponse Get a refund (operators)
 //
 // Any tenant's refund, by the id a merchant quotes (its payment is GET /admin/v1/payments/{payment_id}).
+// A refund that went to review has `review`, as a payment's detail does (provider_pending, lookup_failed,
+// provider_account_missing, not_found_yet).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12027,7 +12223,7 @@ func ParseAdminGetRefundResponse(rsp *http.Response) (*AdminGetRefundResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest AdminRefund
+		var dest AdminRefundDetail
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
