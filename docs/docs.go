@@ -1242,7 +1242,7 @@ const docTemplate = `{
         },
         "/metrics": {
             "get": {
-                "description": "HTTP requests by route template, idempotency outcomes, payments by provider and status, provider\ncall latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;\nMETRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.",
+                "description": "HTTP requests by route template, idempotency outcomes, payments by provider and status, provider\ncall latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;\nMETRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in\ndevelopment only: in production it is served on METRICS_ADDR alone (a private address), never here.",
                 "produces": [
                     "text/plain"
                 ],

@@ -2006,7 +2006,8 @@ type ClientInterface interface {
 	//
 	// HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 	// call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+	// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2615,7 +2616,8 @@ func (c *Client) GetLiveness(ctx context.Context, reqEditors ...RequestEditorFn)
 //
 // HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 // call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5327,7 +5329,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 	// call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+	// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10960,7 +10963,8 @@ func (c *ClientWithResponses) GetLivenessWithResponse(ctx context.Context, reqEd
 //
 // HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 // call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 //
 // Returns a wrapper object for the known response body format(s).
 //
