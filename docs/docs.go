@@ -3322,7 +3322,7 @@ const docTemplate = `{
         },
         "/v1/webhooks/{provider}/{tenant_id}": {
             "post": {
-                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored.",
+                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant\nis answered as a bad signature, so the route tells nobody which tenant ids exist.",
                 "consumes": [
                     "application/json"
                 ],
@@ -3365,13 +3365,7 @@ const docTemplate = `{
                         }
                     },
                     "401": {
-                        "description": "invalid_signature",
-                        "schema": {
-                            "$ref": "#/definitions/Problem"
-                        }
-                    },
-                    "404": {
-                        "description": "not_found (no such tenant or provider account)",
+                        "description": "invalid_signature: the signature does not verify, or there is nothing to verify it with (no such tenant, no account with the provider, a provider that sends none); the answer does not say which, the gateway's log does",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

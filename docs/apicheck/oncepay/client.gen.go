@@ -2246,7 +2246,8 @@ type ClientInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3106,7 +3107,8 @@ func (c *Client) RotateWebhookEndpointSecret(ctx context.Context, id string, par
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 //
 // Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 func (c *Client) ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5599,7 +5601,8 @@ type ClientWithResponsesInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10535,11 +10538,6 @@ type ReceiveWebhookResponse401Headers struct {
 	XRequestId string
 }
 
-// ReceiveWebhookResponse404Headers the declared response headers of an HTTP 404 response for ReceiveWebhook
-type ReceiveWebhookResponse404Headers struct {
-	XRequestId string
-}
-
 // ReceiveWebhookResponse413Headers the declared response headers of an HTTP 413 response for ReceiveWebhook
 type ReceiveWebhookResponse413Headers struct {
 	XRequestId string
@@ -10565,8 +10563,6 @@ type ReceiveWebhookResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
-	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -10579,8 +10575,6 @@ type ReceiveWebhookResponse struct {
 	Headers400 *ReceiveWebhookResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ReceiveWebhookResponse401Headers
-	// Headers404 the parsed response headers for an HTTP 404 response
-	Headers404 *ReceiveWebhookResponse404Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ReceiveWebhookResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -10602,11 +10596,6 @@ func (r ReceiveWebhookResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ReceiveWebhookResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
-}
-
-// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReceiveWebhookResponse) GetApplicationproblemJSON404() *Problem {
-	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -11383,7 +11372,8 @@ func (c *ClientWithResponses) RotateWebhookEndpointSecretWithResponse(ctx contex
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16998,13 +16988,6 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 		}
 		response.ApplicationproblemJSON401 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationproblemJSON404 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17059,16 +17042,6 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
-	case rsp.StatusCode == 404:
-		var headers ReceiveWebhookResponse404Headers
-		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRequestId = value
-		}
-		response.Headers404 = &headers
 	case rsp.StatusCode == 413:
 		var headers ReceiveWebhookResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
