@@ -757,7 +757,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.",
+                "description": "Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.",
                 "consumes": [
                     "application/json"
                 ],
@@ -771,6 +771,13 @@ const docTemplate = `{
                 "summary": "Onboard a tenant",
                 "operationId": "createTenant",
                 "parameters": [
+                    {
+                        "maxLength": 255,
+                        "type": "string",
+                        "description": "Names this creation (1 to 255 printable ASCII characters, kept for good): a retry under it creates nothing",
+                        "name": "Idempotency-Key",
+                        "in": "header"
+                    },
                     {
                         "description": "The tenant",
                         "name": "body",
@@ -795,7 +802,7 @@ const docTemplate = `{
                         }
                     },
                     "400": {
-                        "description": "invalid_request",
+                        "description": "invalid_request, idempotency_key_invalid",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -804,6 +811,18 @@ const docTemplate = `{
                         "description": "unauthorized",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Location": {
+                                "type": "string",
+                                "description": "/admin/v1/tenants/{id}"
+                            }
                         }
                     },
                     "413": {

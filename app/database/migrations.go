@@ -440,6 +440,15 @@ UPDATE idempotency_keys SET attempted_at = created_at WHERE completed_at IS NULL
 	// scan of the whole log (0.6 s at two million events).
 	{19, "audit_events_by_target", `
 CREATE INDEX audit_events_target_idx ON audit_events (target_id, at, id)`},
+	// An operator's Idempotency-Key on POST /admin/v1/tenants and the
+	// tenant it made: a retry after a lost answer finds it instead of
+	// creating a second tenant. A table of its own, as from 16 on.
+	{20, "tenant_create_keys", `
+CREATE TABLE tenant_create_keys (
+	idempotency_key TEXT PRIMARY KEY,
+	tenant_id       TEXT NOT NULL,
+	created_at      {{ts}} NOT NULL
+);`},
 }
 
 // migrationSQL is what m runs on d.

@@ -1536,6 +1536,12 @@ type ListTenantsParams struct {
 // ListTenantsParamsStatus defines parameters for ListTenants.
 type ListTenantsParamsStatus string
 
+// CreateTenantParams defines parameters for CreateTenant.
+type CreateTenantParams struct {
+	// IdempotencyKey Names this creation (1 to 255 printable ASCII characters, kept for good): a retry under it creates nothing
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // AdminListWebhookDeliveriesParams defines parameters for AdminListWebhookDeliveries.
 type AdminListWebhookDeliveriesParams struct {
 	// Limit Page size, 1 to 100
@@ -1930,21 +1936,21 @@ type ClientInterface interface {
 
 	// CreateTenantWithBody Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTenantWithBody(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTenant Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenant(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTenant(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTenant Get a tenant
 	//
@@ -2451,13 +2457,13 @@ func (c *Client) ListTenants(ctx context.Context, params *ListTenantsParams, req
 
 // CreateTenantWithBody Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *Client) CreateTenantWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTenantRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateTenantWithBody(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTenantRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2470,13 +2476,13 @@ func (c *Client) CreateTenantWithBody(ctx context.Context, contentType string, b
 
 // CreateTenant Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *Client) CreateTenant(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTenantRequest(c.Server, body)
+func (c *Client) CreateTenant(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTenantRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3742,18 +3748,18 @@ func NewListTenantsRequest(server string, params *ListTenantsParams) (*http.Requ
 }
 
 // NewCreateTenantRequest calls the generic CreateTenant builder with application/json body
-func NewCreateTenantRequest(server string, body CreateTenantJSONRequestBody) (*http.Request, error) {
+func NewCreateTenantRequest(server string, params *CreateTenantParams, body CreateTenantJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateTenantRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateTenantRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateTenantRequestWithBody constructs an http.Request for the CreateTenant method, with any body, and a specified content type
-func NewCreateTenantRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateTenantRequestWithBody(server string, params *CreateTenantParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3777,6 +3783,21 @@ func NewCreateTenantRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -5245,21 +5266,21 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTenantWithBodyWithResponse Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
+	CreateTenantWithBodyWithResponse(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
 
 	// CreateTenantWithResponse Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithResponse(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
+	CreateTenantWithResponse(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
 
 	// GetTenantWithResponse Get a tenant
 	//
@@ -6599,6 +6620,12 @@ type CreateTenantResponse401Headers struct {
 	XRequestId string
 }
 
+// CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
+type CreateTenantResponse409Headers struct {
+	Location   *string
+	XRequestId string
+}
+
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
 	XRequestId string
@@ -6628,6 +6655,8 @@ type CreateTenantResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -6642,6 +6671,8 @@ type CreateTenantResponse struct {
 	Headers400 *CreateTenantResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CreateTenantResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateTenantResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateTenantResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -6665,6 +6696,11 @@ func (r CreateTenantResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CreateTenantResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTenantResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -10812,13 +10848,13 @@ func (c *ClientWithResponses) ListTenantsWithResponse(ctx context.Context, param
 
 // CreateTenantWithBodyWithResponse Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
-	rsp, err := c.CreateTenantWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
+	rsp, err := c.CreateTenantWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10827,13 +10863,13 @@ func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Conte
 
 // CreateTenantWithResponse Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *ClientWithResponses) CreateTenantWithResponse(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
-	rsp, err := c.CreateTenant(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateTenantWithResponse(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
+	rsp, err := c.CreateTenant(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -12454,6 +12490,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12522,6 +12565,23 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateTenantResponse409Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateTenantResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
