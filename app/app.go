@@ -314,6 +314,11 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		mux.Handle("GET /metrics", a.Metrics.Handler())
 		a.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
+	if a.Metrics != nil && cfg.Metrics.Addr == "" && !cfg.MetricsOnAPIPort() {
+		// Once, at start: a scraper's 404 then has its reason in the log.
+		log.Warn("metrics are not served: in production /metrics is never on the API's port; set METRICS_ADDR to a private address (like 127.0.0.1:9090) to scrape them, or METRICS_ENABLED=false",
+			"gateway_addr", cfg.Addr)
+	}
 	return a, nil
 }
 
@@ -355,9 +360,10 @@ func (a *App) routes() {
 	}
 	f.Get("/healthz", h.healthz)
 	f.Get("/readyz", h.readyz)
-	if a.Metrics != nil && a.cfg.Metrics.Addr == "" {
-		// Not behind merchant auth: scrapers hold no token. Keep the port
-		// off the public edge, or set METRICS_ADDR to a private listener.
+	if a.Metrics != nil && a.cfg.MetricsOnAPIPort() {
+		// Not behind merchant auth: scrapers hold no token. Development
+		// only (config.MetricsOnAPIPort): in production this port is the
+		// public edge.
 		f.Get("/metrics", a.Metrics.FiberHandler())
 	}
 
@@ -557,7 +563,8 @@ func (a *App) stopDeliveries() {
 }
 
 // MetricsAddr is the address of the separate metrics listener
-// (METRICS_ADDR), or nil when /metrics is on the main listener or off.
+// (METRICS_ADDR), or nil when /metrics is on the main listener (in
+// development), not served (in production) or off.
 func (a *App) MetricsAddr() net.Addr {
 	if a.metricsLn == nil {
 		return nil

@@ -216,3 +216,38 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 	s := scrapeURL(t, "http://"+addr.String()+"/metrics")
 	require.Equal(t, 1.0, s.value(t, "oncepay_http_requests_total", "route", "/healthz", "method", "GET", "status", "200"))
 }
+
+// In production the API's port is the public edge, and the series name
+// tenants and their volumes: without METRICS_ADDR they are served nowhere,
+// and the start says where to set them; with it, on that listener only.
+func TestProductionServesMetricsOnlyOnMetricsAddr(t *testing.T) {
+	t.Parallel()
+	prod := []apptest.Option{apptest.Env("GATEWAY_ENV", "production")}
+	t.Run("Unset", func(t *testing.T) {
+		t.Parallel()
+		g := apptest.Start(t, prod...)
+		r := g.Do("GET", "/metrics", nil)
+		require.Equal(t, http.StatusNotFound, r.StatusCode, string(r.Body))
+		require.Equal(t, "not_found", r.Code(t))
+		require.NotContains(t, string(r.Body), "oncepay_")
+		require.Nil(t, g.App.MetricsAddr())
+		var warned bool
+		for _, line := range strings.Split(g.Logs.String(), "\n") {
+			if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "metrics are not served") {
+				warned = true
+				require.Contains(t, line, "METRICS_ADDR")
+			}
+		}
+		require.True(t, warned, "the start says why /metrics is a 404:\n%s", g.Logs.String())
+	})
+	t.Run("Set", func(t *testing.T) {
+		t.Parallel()
+		g := apptest.Start(t, append(prod, apptest.Env("METRICS_ADDR", "127.0.0.1:0"))...)
+		require.Equal(t, http.StatusNotFound, g.Do("GET", "/metrics", nil).StatusCode)
+		addr := g.App.MetricsAddr()
+		require.NotNil(t, addr)
+		s := scrapeURL(t, "http://"+addr.String()+"/metrics")
+		require.Contains(t, s, "go_goroutines")
+		require.NotContains(t, g.Logs.String(), "metrics are not served")
+	})
+}

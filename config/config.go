@@ -223,7 +223,16 @@ type Log struct {
 // Metrics exposes Prometheus metrics.
 type Metrics struct {
 	Enabled bool   // METRICS_ENABLED
-	Addr    string // METRICS_ADDR: empty serves /metrics on GATEWAY_ADDR
+	Addr    string // METRICS_ADDR: empty serves /metrics on GATEWAY_ADDR, in development only
+}
+
+// MetricsOnAPIPort reports whether /metrics is served on GATEWAY_ADDR:
+// only in development without METRICS_ADDR. In production the API's port
+// is the public edge, and the series name tenants and their volumes, so
+// without METRICS_ADDR they are served nowhere (the start says so in a
+// WARN) rather than to the internet.
+func (c Config) MetricsOnAPIPort() bool {
+	return c.Metrics.Enabled && c.Metrics.Addr == "" && !c.Production()
 }
 
 // Limits is per-merchant rate limiting on /v1.
@@ -374,7 +383,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
 			r.fail("METRICS_ADDR", "must be host:port or :port (like 127.0.0.1:9090), or unset")
 		} else if a == c.Addr {
-			r.fail("METRICS_ADDR", "is GATEWAY_ADDR itself; leave it unset to serve /metrics on the API's port")
+			r.fail("METRICS_ADDR", "is GATEWAY_ADDR itself; give /metrics a private address of its own (like 127.0.0.1:9090)")
 		}
 	}
 	if c.Production() {

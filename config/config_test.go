@@ -122,6 +122,31 @@ func TestTheSimulatorIsOnOnlyWhereWanted(t *testing.T) {
 	require.ErrorContains(t, err, "SIMULATOR_ENABLED")
 }
 
+// /metrics names tenants and their volumes: on the API's port only in
+// development; in production only on a METRICS_ADDR of its own.
+func TestMetricsAreOnTheAPIPortOnlyInDevelopment(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
+	ownAddr := maps.Clone(prod)
+	ownAddr["METRICS_ADDR"] = "127.0.0.1:9090"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"development", map[string]string{"DATA_DIR": t.TempDir()}, true},
+		{"development, off", map[string]string{"DATA_DIR": t.TempDir(), "METRICS_ENABLED": "false"}, false},
+		{"development, own address", map[string]string{"DATA_DIR": t.TempDir(), "METRICS_ADDR": "127.0.0.1:9090"}, false},
+		{"production", prod, false},
+		{"production, own address", ownAddr, false},
+	} {
+		c, err := config.LoadFrom(env(tc.env))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, c.MetricsOnAPIPort(), tc.name)
+	}
+}
+
 func TestInvalidValuesNameTheirVariable(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -757,7 +757,7 @@ const docTemplate = `{
                         "AdminKey": []
                     }
                 ],
-                "description": "Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.",
+                "description": "Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.",
                 "consumes": [
                     "application/json"
                 ],
@@ -771,6 +771,13 @@ const docTemplate = `{
                 "summary": "Onboard a tenant",
                 "operationId": "createTenant",
                 "parameters": [
+                    {
+                        "maxLength": 255,
+                        "type": "string",
+                        "description": "Names this creation (1 to 255 printable ASCII characters, kept for good): a retry under it creates nothing",
+                        "name": "Idempotency-Key",
+                        "in": "header"
+                    },
                     {
                         "description": "The tenant",
                         "name": "body",
@@ -795,7 +802,7 @@ const docTemplate = `{
                         }
                     },
                     "400": {
-                        "description": "invalid_request",
+                        "description": "invalid_request, idempotency_key_invalid",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }
@@ -804,6 +811,18 @@ const docTemplate = `{
                         "description": "unauthorized",
                         "schema": {
                             "$ref": "#/definitions/Problem"
+                        }
+                    },
+                    "409": {
+                        "description": "tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)",
+                        "schema": {
+                            "$ref": "#/definitions/Problem"
+                        },
+                        "headers": {
+                            "Location": {
+                                "type": "string",
+                                "description": "/admin/v1/tenants/{id}"
+                            }
                         }
                     },
                     "413": {
@@ -1242,7 +1261,7 @@ const docTemplate = `{
         },
         "/metrics": {
             "get": {
-                "description": "HTTP requests by route template, idempotency outcomes, payments by provider and status, provider\ncall latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;\nMETRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.",
+                "description": "HTTP requests by route template, idempotency outcomes, payments by provider and status, provider\ncall latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;\nMETRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in\ndevelopment only: in production it is served on METRICS_ADDR alone (a private address), never here.",
                 "produces": [
                     "text/plain"
                 ],
@@ -3322,7 +3341,7 @@ const docTemplate = `{
         },
         "/v1/webhooks/{provider}/{tenant_id}": {
             "post": {
-                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored.",
+                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant\nis answered as a bad signature, so the route tells nobody which tenant ids exist.",
                 "consumes": [
                     "application/json"
                 ],
@@ -3365,13 +3384,7 @@ const docTemplate = `{
                         }
                     },
                     "401": {
-                        "description": "invalid_signature",
-                        "schema": {
-                            "$ref": "#/definitions/Problem"
-                        }
-                    },
-                    "404": {
-                        "description": "not_found (no such tenant or provider account)",
+                        "description": "invalid_signature: the signature does not verify, or there is nothing to verify it with (no such tenant, no account with the provider, a provider that sends none); the answer does not say which, the gateway's log does",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         }

@@ -31,9 +31,15 @@ type WebhookResult struct {
 // is about exactly as the sweeper would: the event is only a hint, the
 // outcome comes from a Lookup.
 func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, header http.Header, body []byte) (WebhookResult, error) {
+	// The route is unauthenticated: a 404 for an unknown tenant beside a
+	// 401 for a known one would tell anyone which tenant ids exist, and
+	// which providers each uses. Every refusal before a signature verifies
+	// is the same answer; only the log says which it was, for on-call.
 	prov, err := s.accounts.Provider(ctx, tenantID, provider)
 	if errors.Is(err, providers.ErrUnknownProvider) {
-		return WebhookResult{}, problem.New(fiber.StatusNotFound, "not_found", "no such webhook endpoint")
+		s.unsigned.WarnContext(ctx, "webhook for no such endpoint refused", "merchant_id", tenantID, "provider", provider,
+			"why", "no such tenant, or no account of the tenant with this provider")
+		return WebhookResult{}, badSignature()
 	}
 	if err != nil {
 		return WebhookResult{}, err
@@ -41,12 +47,13 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	ev, err := prov.VerifyWebhook(header, body)
 	switch {
 	case errors.Is(err, providers.ErrNoWebhooks):
-		// As for a provider the tenant has no account with: nothing is
-		// ever sent here, so nothing to warn of either.
-		return WebhookResult{}, problem.New(fiber.StatusNotFound, "not_found", "no such webhook endpoint")
+		// Every tenant has the simulator in development: a 404 here beside
+		// the 401 of an unknown tenant would be the same oracle.
+		s.unsigned.WarnContext(ctx, "webhook for a provider that sends none refused", "merchant_id", tenantID, "provider", provider)
+		return WebhookResult{}, badSignature()
 	case errors.Is(err, providers.ErrBadSignature):
 		s.unsigned.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
-		return WebhookResult{}, problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")
+		return WebhookResult{}, badSignature()
 	case err != nil:
 		return WebhookResult{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "is not a webhook event this provider sends"})
 	}
@@ -149,6 +156,12 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	return WebhookResult{Status: string(st), PaymentID: p.ID}, nil
 }
 
+// badSignature is the one answer to a webhook refused before its
+// signature verified, whatever the reason (HandleWebhook).
+func badSignature() *problem.Problem {
+	return problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")
+}
+
 // conflicted reports whether err is only that the provider's charge under
 // the payment's reference is another one (logged where it was found): no
 // retry of the event can change that, so it is answered, not 503 — the
@@ -171,7 +184,8 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Description  verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // @Description  authentication. A verified event for a payment still processing is re-checked with the provider
 // @Description  (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+// @Description  is answered as a bad signature, so the route tells nobody which tenant ids exist.
 // @Tags         webhooks
 // @Accept       json
 // @Produce      json
@@ -180,8 +194,7 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Param        tenant_id path string true "The merchant's tenant id"
 // @Success      200 {object} WebhookResult
 // @Failure      400 {object} problem.Problem "invalid_request (unreadable event)"
-// @Failure      401 {object} problem.Problem "invalid_signature"
-// @Failure      404 {object} problem.Problem "not_found (no such tenant or provider account)"
+// @Failure      401 {object} problem.Problem "invalid_signature: the signature does not verify, or there is nothing to verify it with (no such tenant, no account with the provider, a provider that sends none); the answer does not say which, the gateway's log does"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
 // @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries"

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/providers/paystack"
 	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
@@ -39,15 +38,43 @@ func TestWebhookWithAnImpossibleReferenceIsIgnored(t *testing.T) {
 	}
 }
 
-// The simulator sends no webhooks, so its webhook route is no endpoint: a
-// 404 as for a provider the tenant has no account with, not a 401 and a
-// WARN about a bad signature that nobody could ever have sent right.
-func TestTheSimulatorHasNoWebhookRoute(t *testing.T) {
+// The webhook route is unauthenticated, so whatever cannot be verified
+// gets one answer: an unknown tenant, a tenant without an account with the
+// provider, a provider that sends none (the simulator, every tenant's in
+// development), an unknown provider, and a known tenant's bad signature
+// are all 401 invalid_signature with the same body but its request id —
+// a 404 for the first would tell anyone which tenant ids exist. The log
+// still says which it was, for on-call.
+func TestWebhookRefusalsDoNotTellWhichTenantsExist(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t)
-	m := g.Onboard(nil)
-	r := g.Do("POST", "/v1/webhooks/simulator/"+m.ID, []byte(`{"event":"charge.success"}`), "Content-Type", "application/json")
-	require.Equal(t, http.StatusNotFound, r.StatusCode, string(r.Body))
-	require.Equal(t, "not_found", r.JSON(t)["code"])
-	require.NotContains(t, g.Logs.String(), "signature")
+	_, g, m := paystackMerchant(t)
+	simOnly := g.Onboard(nil)
+	event := []byte(`{"event":"charge.success","data":{"reference":"r"}}`)
+	cases := map[string]string{
+		"UnknownTenant":    "/v1/webhooks/paystack/ten_000000000000000000000000",
+		"NoAccount":        "/v1/webhooks/paystack/" + simOnly.ID,
+		"SendsNoWebhooks":  "/v1/webhooks/simulator/" + m.ID,
+		"UnknownProvider":  "/v1/webhooks/nosuch/" + m.ID,
+		"BadSignature":     "/v1/webhooks/paystack/" + m.ID,
+		"SendsNoWebhooks2": "/v1/webhooks/simulator/" + simOnly.ID,
+		"UnknownTenantSim": "/v1/webhooks/simulator/ten_000000000000000000000000",
+	}
+	var first map[string]any
+	for name, path := range cases {
+		r := g.Do("POST", path, event, "Content-Type", "application/json", "X-Paystack-Signature", strings.Repeat("0", 128))
+		require.Equal(t, http.StatusUnauthorized, r.StatusCode, "%s: %s", name, r.Body)
+		require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), name)
+		body := r.JSON(t)
+		require.Equal(t, "invalid_signature", body["code"], name)
+		require.NotEmpty(t, body["request_id"], name)
+		delete(body, "request_id")
+		if first == nil {
+			first = body
+		}
+		require.Equal(t, first, body, "%s answers differently from the others", name)
+	}
+	logs := g.Logs.String()
+	require.Contains(t, logs, "webhook signature invalid")
+	require.Contains(t, logs, "webhook for no such endpoint refused")
+	require.Contains(t, logs, "webhook for a provider that sends none refused")
 }

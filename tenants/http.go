@@ -217,17 +217,20 @@ func tenantResponse(t Tenant) TenantResponse {
 // createTenant onboards a tenant.
 //
 //	@Summary		Onboard a tenant
-//	@Description	Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+//	@Description	Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //	@Tags			admin
 //	@Accept			json
 //	@Produce		json
 //	@Produce		application/problem+json
+//	@Param			Idempotency-Key	header	string	false	"Names this creation (1 to 255 printable ASCII characters, kept for good): a retry under it creates nothing"	maxLength(255)
 //	@Param			body	body		CreateTenantRequest	true	"The tenant"
 //	@Success		201		{object}	CreatedTenantResponse
 //	@Header			201		{string}	Location	"/admin/v1/tenants/{id}"
-//	@Failure		400		{object}	problem.Problem	"invalid_request"
+//	@Failure		400		{object}	problem.Problem	"invalid_request, idempotency_key_invalid"
 //	@Failure		415		{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
+//	@Failure		409		{object}	problem.Problem	"tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)"
+//	@Header			409		{string}	Location	"/admin/v1/tenants/{id}"
 //	@Failure		413		{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
 //	@Failure		500		{object}	problem.Problem	"internal (quote request_id)"
 //	@Failure		503	{object}	problem.Problem	"unavailable: the database could not be reached; retry after Retry-After"
@@ -235,13 +238,33 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@ID				createTenant
 //	@Router			/admin/v1/tenants [post]
 func (h *Handler) createTenant(c *fiber.Ctx) error {
+	var key string
+	if keys := c.Request().Header.PeekAll("Idempotency-Key"); len(keys) > 0 {
+		key = string(keys[0]) // string() copies Fiber's buffer
+		if len(keys) > 1 || !ValidIdempotencyKey(key) {
+			return problem.New(fiber.StatusBadRequest, "idempotency_key_invalid",
+				"the Idempotency-Key must be 1 to 255 printable ASCII characters, not starting with a double quote, sent once")
+		}
+	}
 	var req CreateTenantRequest
 	if p := decodeJSON(c, &req); p != nil {
 		return p
 	}
 	t, creds, err := h.svc.Create(c.UserContext(), CreateParams{
 		Name: req.Name, Status: req.Status, DefaultProvider: req.DefaultProvider, Providers: toSecrets(req.Providers),
+		IdempotencyKey: key,
 	})
+	var again *AlreadyCreatedError
+	if errors.As(err, &again) {
+		// A refusal, not the first 201 again: that answer's client secret
+		// is stored only as a hash, and a 2xx without it would read, to a
+		// script, as a tenant whose secret is empty.
+		c.Location(strings.TrimSuffix(c.Path(), "/") + "/" + again.TenantID)
+		return problem.New(fiber.StatusConflict, "tenant_already_created",
+			"this Idempotency-Key already created tenant "+again.TenantID+"; its client secret was shown once, in that answer, "+
+				"and is not shown again: POST /admin/v1/tenants/"+again.TenantID+"/credentials issues new credentials").
+			With("tenant_id", again.TenantID)
+	}
 	if err != nil {
 		return toProblem(err)
 	}

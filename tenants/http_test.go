@@ -5,8 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -775,4 +778,124 @@ func TestListTenantsFilters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An operator's retry after a lost answer must not onboard the merchant
+// twice. Under an Idempotency-Key the retry creates nothing and says which
+// tenant the key made — never its client secret, which exists in clear
+// only in the first answer (the store keeps its hash) — so the operator
+// rotates credentials rather than holding a second tenant nobody uses.
+func TestCreateTenantUnderAnIdempotencyKeyCreatesOnce(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		e := newEnvOn(t, db, newClock())
+		body := `{"name":"Once Stores","default_provider":"simulator"}`
+		key := func(k string) []string {
+			return []string{"Authorization", "Bearer " + testAdminKey, "Idempotency-Key", k}
+		}
+		tenantsNamed := func(name string) int64 {
+			var n int64
+			require.NoError(t, db.Table("tenants").Where("name = ?", name).Count(&n).Error)
+			return n
+		}
+
+		first := e.do("POST", "/admin/v1/tenants", body, key("onboard-once-1")...)
+		require.Equal(t, 201, first.status, string(first.body))
+		created := first.json(t)
+		id, secret := created["id"].(string), created["client_secret"].(string)
+
+		again := e.do("POST", "/admin/v1/tenants", body, key("onboard-once-1")...)
+		require.Equal(t, 409, again.status, string(again.body))
+		require.Equal(t, "application/problem+json", again.header.Get("Content-Type"))
+		require.Equal(t, "tenant_already_created", again.code(t))
+		require.Equal(t, id, again.json(t)["tenant_id"])
+		require.Equal(t, "/admin/v1/tenants/"+id, again.header.Get("Location"))
+		require.NotContains(t, string(again.body), secret)
+		require.NotContains(t, string(again.body), "client_secret")
+		require.EqualValues(t, 1, tenantsNamed("Once Stores"))
+		var events int64
+		require.NoError(t, db.Table("audit_events").Where("target_id = ? AND action = ?", id, "tenant.created").Count(&events).Error)
+		require.EqualValues(t, 1, events, "a replay records no creation")
+		// The first answer's credentials are the tenant's, untouched.
+		require.Equal(t, 200, e.tokenReq(created["client_id"].(string), secret).status)
+
+		// The key names the creation, not the body: another body under it
+		// is told the tenant the key made, and creates nothing either.
+		other := e.do("POST", "/admin/v1/tenants", `{"name":"Other Stores","default_provider":"simulator"}`, key("onboard-once-1")...)
+		require.Equal(t, 409, other.status, string(other.body))
+		require.Equal(t, id, other.json(t)["tenant_id"])
+		require.EqualValues(t, 0, tenantsNamed("Other Stores"))
+
+		// Without a key each call is another tenant, as before.
+		e.onboard(`{"name":"Twice Stores","default_provider":"simulator"}`)
+		e.onboard(`{"name":"Twice Stores","default_provider":"simulator"}`)
+		require.EqualValues(t, 2, tenantsNamed("Twice Stores"))
+
+		// A refused first attempt stores no key: its corrected retry creates.
+		bad := e.do("POST", "/admin/v1/tenants", `{"name":"Late Stores"}`, key("onboard-once-2")...)
+		require.Equal(t, 400, bad.status, string(bad.body))
+		fixed := e.do("POST", "/admin/v1/tenants", `{"name":"Late Stores","default_provider":"simulator"}`, key("onboard-once-2")...)
+		require.Equal(t, 201, fixed.status, string(fixed.body))
+
+		// Retries racing each other: one tenant, one 201, the rest told it.
+		const racers = 6
+		statuses := make(chan resp, racers)
+		var wg sync.WaitGroup
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				statuses <- e.do("POST", "/admin/v1/tenants", `{"name":"Race Stores","default_provider":"simulator"}`, key("onboard-race")...)
+			}()
+		}
+		wg.Wait()
+		close(statuses)
+		var won int
+		ids := map[string]bool{}
+		for r := range statuses {
+			switch r.status {
+			case 201:
+				won++
+				ids[r.json(t)["id"].(string)] = true
+			case 409:
+				ids[r.json(t)["tenant_id"].(string)] = true
+			default:
+				t.Fatalf("racing retry answered %d: %s", r.status, r.body)
+			}
+		}
+		require.Equal(t, 1, won)
+		require.Len(t, ids, 1)
+		require.EqualValues(t, 1, tenantsNamed("Race Stores"))
+	})
+}
+
+func TestCreateTenantRefusesAMalformedIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for name, k := range map[string]string{
+		"Quoted": `"k"`, "ControlByte": "a\x01b", "NotASCII": "caf\xc3\xa9", "Long": strings.Repeat("k", 256),
+	} {
+		req := httptest.NewRequest("POST", "/admin/v1/tenants", strings.NewReader(`{"name":"Refused Stores","default_provider":"simulator"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testAdminKey)
+		req.Header["Idempotency-Key"] = []string{k}
+		res, err := e.app.Test(req, -1)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, 400, res.StatusCode, "%s: %s", name, b)
+		require.Contains(t, string(b), `"code":"idempotency_key_invalid"`, name)
+	}
+	twice := httptest.NewRequest("POST", "/admin/v1/tenants", strings.NewReader(`{"name":"Refused Stores","default_provider":"simulator"}`))
+	twice.Header.Set("Content-Type", "application/json")
+	twice.Header.Set("Authorization", "Bearer "+testAdminKey)
+	twice.Header.Add("Idempotency-Key", "one")
+	twice.Header.Add("Idempotency-Key", "two")
+	res, err := e.app.Test(twice, -1)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, 400, res.StatusCode)
+	var n int64
+	require.NoError(t, e.db.Table("tenants").Where("name = ?", "Refused Stores").Count(&n).Error)
+	require.Zero(t, n)
 }

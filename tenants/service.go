@@ -169,6 +169,19 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 	row := tenantRow{ID: newTenantID(), Name: name, Status: status, DefaultProvider: p.DefaultProvider, CreatedAt: at, UpdatedAt: at}
 	creds := Credentials{TenantID: row.ID, ClientID: newClientID(), ClientSecret: newClientSecret(), CreatedAt: at}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if p.IdempotencyKey != "" {
+			claimed, err := claimCreateKey(tx, p.IdempotencyKey, row.ID, at)
+			if err != nil {
+				return err
+			}
+			if !claimed {
+				id, err := createdUnder(tx, p.IdempotencyKey)
+				if err != nil {
+					return err
+				}
+				return &AlreadyCreatedError{TenantID: id}
+			}
+		}
 		if err := insertTenant(tx, &row); err != nil {
 			return err
 		}
@@ -185,6 +198,11 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Tenant, Credentia
 		return audit.Record(ctx, tx, audit.Change{Action: audit.TenantCreated, TargetType: "tenant",
 			TargetID: row.ID, TenantID: row.ID, After: after})
 	})
+	var again *AlreadyCreatedError
+	if errors.As(err, &again) {
+		s.log.InfoContext(ctx, "tenant creation replayed: nothing created", "tenant_id", again.TenantID)
+		return Tenant{}, Credentials{}, again
+	}
 	if err != nil {
 		return Tenant{}, Credentials{}, fmt.Errorf("tenants: create: %w", err)
 	}

@@ -74,6 +74,33 @@ func notFound(err, sentinel error) error {
 
 func insertTenant(db *gorm.DB, r *tenantRow) error { return db.Create(r).Error }
 
+// createKeyRow is an operator's Idempotency-Key on a tenant creation and
+// the tenant it made (migration 21): a table of its own, since from 16 on
+// no migration changes an existing table's columns.
+type createKeyRow struct {
+	IdempotencyKey string `gorm:"primaryKey"`
+	TenantID       string
+	CreatedAt      time.Time
+}
+
+func (createKeyRow) TableName() string { return "tenant_create_keys" }
+
+// claimCreateKey records key as creating tenantID and reports whether it
+// did; false when the key has a tenant already. On PostgreSQL a concurrent
+// claim of the same key waits for the first's transaction and then finds
+// its row, so two racing retries create one tenant.
+func claimCreateKey(db *gorm.DB, key, tenantID string, at time.Time) (bool, error) {
+	res := db.Clauses(clause.OnConflict{DoNothing: true}).Create(&createKeyRow{IdempotencyKey: key, TenantID: tenantID, CreatedAt: at})
+	return res.RowsAffected == 1, res.Error
+}
+
+// createdUnder is the tenant a creation under key made.
+func createdUnder(db *gorm.DB, key string) (string, error) {
+	var r createKeyRow
+	err := db.Where("idempotency_key = ?", key).Take(&r).Error
+	return r.TenantID, err
+}
+
 // getTenant reads a tenant by primary key; forUpdate locks the row on
 // PostgreSQL (SQLite transactions already hold the one write lock).
 func getTenant(db *gorm.DB, id string, forUpdate bool) (tenantRow, error) {

@@ -52,6 +52,36 @@ var (
 	ErrSuspended = errors.New("tenants: tenant suspended")
 )
 
+// AlreadyCreatedError: a Create under an idempotency key that created a
+// tenant already. It carries the tenant's id, never its credentials: the
+// client secret exists in clear only in the first answer (only its hash is
+// stored), so a replay cannot show it again.
+type AlreadyCreatedError struct{ TenantID string }
+
+func (e *AlreadyCreatedError) Error() string {
+	return "tenants: this idempotency key already created tenant " + e.TenantID
+}
+
+// MaxIdempotencyKeyLen is the longest Idempotency-Key a creation takes,
+// as on the merchant routes.
+const MaxIdempotencyKeyLen = 255
+
+// ValidIdempotencyKey reports whether k is 1 to MaxIdempotencyKeyLen
+// printable ASCII characters, the merchant routes' rule. A leading double
+// quote is refused rather than read as an RFC 8941 sf-string: the bare
+// and quoted forms could not be told apart.
+func ValidIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxIdempotencyKeyLen || k[0] == '"' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // FieldError names one invalid field of a request.
 type FieldError struct {
 	Field  string
@@ -131,11 +161,16 @@ func (c Credentials) LogValue() slog.Value {
 // CreateParams onboard a tenant. Status defaults to active. DefaultProvider
 // must be registered and configured: present in Providers, or a provider
 // that needs no secrets. Providers maps provider names to their secrets.
+//
+// IdempotencyKey, when set, names this creation: a second Create under it
+// creates nothing and returns an *AlreadyCreatedError naming the tenant
+// the first made.
 type CreateParams struct {
 	Name            string
 	Status          string
 	DefaultProvider string
 	Providers       map[string]providers.Secrets
+	IdempotencyKey  string
 }
 
 // String redacts the provider secrets.

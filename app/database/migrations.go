@@ -464,6 +464,15 @@ CREATE TABLE reviews (
 	asked_at              {{ts}},
 	PRIMARY KEY (merchant_id, target_id)
 );`},
+	// An operator's Idempotency-Key on POST /admin/v1/tenants and the
+	// tenant it made: a retry after a lost answer finds it instead of
+	// creating a second tenant. A table of its own, as from 16 on.
+	{21, "tenant_create_keys", `
+CREATE TABLE tenant_create_keys (
+	idempotency_key TEXT PRIMARY KEY,
+	tenant_id       TEXT NOT NULL,
+	created_at      {{ts}} NOT NULL
+);`},
 }
 
 // migrationSQL is what m runs on d.

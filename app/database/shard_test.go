@@ -28,6 +28,8 @@ var notTenantOwned = map[string]string{
 		"is known (the token exchange), so it cannot be routed by merchant",
 	"tenant_credential_keys": "reference table beside tenant_credentials: which master key " +
 		"hashed a client secret, keyed by client_id like it (read at the token exchange)",
+	"tenant_create_keys": "reference table beside tenants: an operator's Idempotency-Key on a " +
+		"tenant creation, looked up before the tenant exists, so it cannot be routed by merchant",
 	"provider_accounts": "reference table: a merchant's provider secrets, keyed by " +
 		"(tenant_id, provider); small, read through a cache",
 	"simulator_charges": "the built-in simulator provider's own records, keyed by our " +
@@ -50,7 +52,8 @@ const queueTables = "river_"
 // referenceTables are the tables of notTenantOwned that tenant-owned tables
 // may reference (Citus allows a distributed table's foreign key to a
 // reference table, and not the other way round).
-var referenceTables = map[string]bool{"tenants": true, "tenant_credentials": true, "tenant_credential_keys": true, "provider_accounts": true}
+var referenceTables = map[string]bool{"tenants": true, "tenant_credentials": true, "tenant_credential_keys": true,
+	"tenant_create_keys": true, "provider_accounts": true}
 
 // TestSchemaIsShardReadyByMerchant reads the catalog of the migrated schema
 // and fails when a tenant-owned table's primary key or a unique index does

@@ -293,7 +293,8 @@ func (m *Metrics) Handler() http.Handler {
 // @Summary      Prometheus metrics
 // @Description  HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 // @Description  call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-// @Description  METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// @Description  METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+// @Description  development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 // @Tags         health
 // @Produce      plain
 // @Success      200 {string} string "Prometheus text exposition format"

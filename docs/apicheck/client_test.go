@@ -53,12 +53,21 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	g := apptest.Start(t)
 
 	admin := newClient(t, g.URL, bearer(apptest.AdminKey))
-	onboarded, err := admin.CreateTenantWithResponse(ctx, oncepay.CreateTenantJSONRequestBody{Name: "Generated Stores", DefaultProvider: "simulator"})
+	onboard := oncepay.CreateTenantJSONRequestBody{Name: "Generated Stores", DefaultProvider: "simulator"}
+	once := &oncepay.CreateTenantParams{IdempotencyKey: ptr("generated-onboard-1")}
+	onboarded, err := admin.CreateTenantWithResponse(ctx, once, onboard)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, onboarded.StatusCode(), "%s", onboarded.Body)
 	tenant := onboarded.JSON201
 	require.NotEmpty(t, tenant.ClientSecret)
 	require.Equal(t, oncepay.CreatedTenantStatusActive, tenant.Status)
+	// A retry under the key creates nothing, and says which tenant it made.
+	again, err := admin.CreateTenantWithResponse(ctx, once, onboard)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, again.StatusCode(), "%s", again.Body)
+	require.Equal(t, "tenant_already_created", again.ApplicationproblemJSON409.Code)
+	require.Equal(t, "/admin/v1/tenants/"+tenant.Id, again.HTTPResponse.Header.Get("Location"))
+	require.NotContains(t, string(again.Body), tenant.ClientSecret)
 
 	// The token: client_secret_basic, then client_secret_post.
 	anon := newClient(t, g.URL)
@@ -200,7 +209,7 @@ func TestGeneratedClientAdminDay(t *testing.T) {
 	admin := newClient(t, g.URL, bearer(apptest.AdminKey))
 	var ids []string
 	for _, name := range []string{"Ada Stores", "Bola Foods"} {
-		r, err := admin.CreateTenantWithResponse(ctx, oncepay.CreateTenantJSONRequestBody{Name: name, DefaultProvider: "simulator"})
+		r, err := admin.CreateTenantWithResponse(ctx, nil, oncepay.CreateTenantJSONRequestBody{Name: name, DefaultProvider: "simulator"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, r.StatusCode(), "%s", r.Body)
 		ids = append(ids, r.JSON201.Id)

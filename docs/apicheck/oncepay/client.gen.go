@@ -1712,6 +1712,12 @@ type ListTenantsParams struct {
 // ListTenantsParamsStatus defines parameters for ListTenants.
 type ListTenantsParamsStatus string
 
+// CreateTenantParams defines parameters for CreateTenant.
+type CreateTenantParams struct {
+	// IdempotencyKey Names this creation (1 to 255 printable ASCII characters, kept for good): a retry under it creates nothing
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // AdminListWebhookDeliveriesParams defines parameters for AdminListWebhookDeliveries.
 type AdminListWebhookDeliveriesParams struct {
 	// Limit Page size, 1 to 100
@@ -2111,21 +2117,21 @@ type ClientInterface interface {
 
 	// CreateTenantWithBody Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTenantWithBody(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTenant Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenant(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTenant(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTenant Get a tenant
 	//
@@ -2187,7 +2193,8 @@ type ClientInterface interface {
 	//
 	// HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 	// call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+	// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2426,7 +2433,8 @@ type ClientInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2635,13 +2643,13 @@ func (c *Client) ListTenants(ctx context.Context, params *ListTenantsParams, req
 
 // CreateTenantWithBody Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *Client) CreateTenantWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTenantRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateTenantWithBody(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTenantRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2654,13 +2662,13 @@ func (c *Client) CreateTenantWithBody(ctx context.Context, contentType string, b
 
 // CreateTenant Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *Client) CreateTenant(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTenantRequest(c.Server, body)
+func (c *Client) CreateTenant(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTenantRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2801,7 +2809,8 @@ func (c *Client) GetLiveness(ctx context.Context, reqEditors ...RequestEditorFn)
 //
 // HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 // call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3290,7 +3299,8 @@ func (c *Client) RotateWebhookEndpointSecret(ctx context.Context, id string, par
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 //
 // Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 func (c *Client) ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3924,18 +3934,18 @@ func NewListTenantsRequest(server string, params *ListTenantsParams) (*http.Requ
 }
 
 // NewCreateTenantRequest calls the generic CreateTenant builder with application/json body
-func NewCreateTenantRequest(server string, body CreateTenantJSONRequestBody) (*http.Request, error) {
+func NewCreateTenantRequest(server string, params *CreateTenantParams, body CreateTenantJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateTenantRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateTenantRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateTenantRequestWithBody constructs an http.Request for the CreateTenant method, with any body, and a specified content type
-func NewCreateTenantRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateTenantRequestWithBody(server string, params *CreateTenantParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3959,6 +3969,21 @@ func NewCreateTenantRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -5432,21 +5457,21 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTenantWithBodyWithResponse Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
+	CreateTenantWithBodyWithResponse(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
 
 	// CreateTenantWithResponse Onboard a tenant
 	//
-	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+	// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-	CreateTenantWithResponse(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
+	CreateTenantWithResponse(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
 
 	// GetTenantWithResponse Get a tenant
 	//
@@ -5518,7 +5543,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 	// call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+	// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+	// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5787,7 +5813,8 @@ type ClientWithResponsesInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6784,6 +6811,12 @@ type CreateTenantResponse401Headers struct {
 	XRequestId string
 }
 
+// CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
+type CreateTenantResponse409Headers struct {
+	Location   *string
+	XRequestId string
+}
+
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
 	XRequestId string
@@ -6813,6 +6846,8 @@ type CreateTenantResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -6827,6 +6862,8 @@ type CreateTenantResponse struct {
 	Headers400 *CreateTenantResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CreateTenantResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateTenantResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateTenantResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -6850,6 +6887,11 @@ func (r CreateTenantResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CreateTenantResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTenantResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -10723,11 +10765,6 @@ type ReceiveWebhookResponse401Headers struct {
 	XRequestId string
 }
 
-// ReceiveWebhookResponse404Headers the declared response headers of an HTTP 404 response for ReceiveWebhook
-type ReceiveWebhookResponse404Headers struct {
-	XRequestId string
-}
-
 // ReceiveWebhookResponse413Headers the declared response headers of an HTTP 413 response for ReceiveWebhook
 type ReceiveWebhookResponse413Headers struct {
 	XRequestId string
@@ -10753,8 +10790,6 @@ type ReceiveWebhookResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
-	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -10767,8 +10802,6 @@ type ReceiveWebhookResponse struct {
 	Headers400 *ReceiveWebhookResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ReceiveWebhookResponse401Headers
-	// Headers404 the parsed response headers for an HTTP 404 response
-	Headers404 *ReceiveWebhookResponse404Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ReceiveWebhookResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -10790,11 +10823,6 @@ func (r ReceiveWebhookResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ReceiveWebhookResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
-}
-
-// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReceiveWebhookResponse) GetApplicationproblemJSON404() *Problem {
-	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -11016,13 +11044,13 @@ func (c *ClientWithResponses) ListTenantsWithResponse(ctx context.Context, param
 
 // CreateTenantWithBodyWithResponse Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
-	rsp, err := c.CreateTenantWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Context, params *CreateTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
+	rsp, err := c.CreateTenantWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11031,13 +11059,13 @@ func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Conte
 
 // CreateTenantWithResponse Onboard a tenant
 //
-// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Not idempotent: each call creates another tenant, so do not retry blindly after a lost answer; list tenants first.
+// Creates a tenant with its provider accounts and first client credentials. The client_secret is returned once and cannot be read again. Provider secrets are write-only: no endpoint returns them. The default provider must be registered and configured (the simulator needs no secrets). Send an Idempotency-Key to make a retry after a lost answer safe: a second request under a key that created a tenant creates nothing and is answered 409 tenant_already_created with that tenant's id (tenant_id, and Location), never its client_secret, which was only ever in the first answer; rotate its credentials for a new one. Without the header each call creates another tenant.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/tenants (the `CreateTenant` operationId).
-func (c *ClientWithResponses) CreateTenantWithResponse(ctx context.Context, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
-	rsp, err := c.CreateTenant(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateTenantWithResponse(ctx context.Context, params *CreateTenantParams, body CreateTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error) {
+	rsp, err := c.CreateTenant(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11156,7 +11184,8 @@ func (c *ClientWithResponses) GetLivenessWithResponse(ctx context.Context, reqEd
 //
 // HTTP requests by route template, idempotency outcomes, payments by provider and status, provider
 // call latency and errors, sweeper and purge counts, database pool stats. Not behind merchant auth;
-// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener.
+// METRICS_ENABLED=false turns it off and METRICS_ADDR moves it to its own listener. On this port in
+// development only: in production it is served on METRICS_ADDR alone (a private address), never here.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11575,7 +11604,8 @@ func (c *ClientWithResponses) RotateWebhookEndpointSecretWithResponse(ctx contex
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
+// is answered as a bad signature, so the route tells nobody which tenant ids exist.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12656,6 +12686,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12724,6 +12761,23 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateTenantResponse409Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateTenantResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -17190,13 +17244,6 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 		}
 		response.ApplicationproblemJSON401 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationproblemJSON404 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17251,16 +17298,6 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
-	case rsp.StatusCode == 404:
-		var headers ReceiveWebhookResponse404Headers
-		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRequestId = value
-		}
-		response.Headers404 = &headers
 	case rsp.StatusCode == 413:
 		var headers ReceiveWebhookResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
