@@ -82,12 +82,7 @@ func decodeEndpoint(c *fiber.Ctx) (EndpointRequest, error) {
 		return req, bad
 	}
 	if err := reqjson.Decode(c.Body(), &req); err != nil {
-		var e *reqjson.Error
-		reason := "is not a valid request"
-		if errors.As(err, &e) {
-			reason = e.Reason
-		}
-		return req, invalid("body", reason)
+		return req, invalid(reqjson.Refusal(err))
 	}
 	return req, nil
 }

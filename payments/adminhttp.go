@@ -418,7 +418,7 @@ func decodeResolution(c *fiber.Ctx) (status, note string, err error) {
 	}
 	var req ResolveRequest
 	if err := reqjson.Decode(c.Body(), &req); err != nil {
-		return "", "", problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+		return "", "", problem.Invalid(decodeRefusal(err))
 	}
 	if req.Status != string(StatusSucceeded) && req.Status != string(StatusFailed) {
 		return "", "", problem.Invalid(problem.FieldError{Field: "status", Reason: "must be succeeded or failed"})

@@ -151,7 +151,7 @@ type refundInput struct {
 func parseRefund(body []byte) (refundInput, *problem.Problem) {
 	var req CreateRefundRequest
 	if err := reqjson.Decode(body, &req); err != nil {
-		return refundInput{}, problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+		return refundInput{}, problem.Invalid(decodeRefusal(err))
 	}
 	var errs []problem.FieldError
 	bad := func(field, reason string) { errs = append(errs, problem.FieldError{Field: field, Reason: reason}) }

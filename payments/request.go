@@ -2,7 +2,6 @@ package payments
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/mail"
 	"strconv"
@@ -60,7 +59,7 @@ type input struct {
 func parseCreate(body []byte) (input, *problem.Problem) {
 	var req CreateRequest
 	if err := reqjson.Decode(body, &req); err != nil {
-		return input{}, problem.Invalid(problem.FieldError{Field: "body", Reason: reqjsonReason(err)})
+		return input{}, problem.Invalid(decodeRefusal(err))
 	}
 	var errs []problem.FieldError
 	bad := func(field, reason string) { errs = append(errs, problem.FieldError{Field: field, Reason: reason}) }
@@ -113,13 +112,10 @@ func parseCreate(body []byte) (input, *problem.Problem) {
 	return in, nil
 }
 
-// reqjsonReason is a strict decoder's refusal, as a field reason.
-func reqjsonReason(err error) string {
-	var e *reqjson.Error
-	if errors.As(err, &e) {
-		return e.Reason
-	}
-	return "is not a valid request"
+// decodeRefusal is a strict decoder's refusal as the field it blames.
+func decodeRefusal(err error) problem.FieldError {
+	field, reason := reqjson.Refusal(err)
+	return problem.FieldError{Field: field, Reason: reason}
 }
 
 // checkMetadata is the reason metadata is refused, or "".

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"mime"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -774,7 +773,7 @@ func jsonProblem(body []byte, err error) *problem.Problem {
 		if field == "" {
 			field = "body"
 		}
-		return problem.Invalid(problem.FieldError{Field: field, Reason: "must be " + jsonKind(typ.Type)})
+		return problem.Invalid(problem.FieldError{Field: field, Reason: "must be " + reqjson.JSONType(typ.Type)})
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return problem.Invalid(problem.FieldError{Field: "body", Reason: "malformed JSON: unexpected end"})
 	}
@@ -784,23 +783,4 @@ func jsonProblem(body []byte, err error) *problem.Problem {
 		return problem.Invalid(problem.FieldError{Field: name, Reason: "unknown field"})
 	}
 	return problem.Invalid(problem.FieldError{Field: "body", Reason: "malformed JSON"})
-}
-
-func jsonKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64:
-		return "a number"
-	}
-	return "of another type"
 }

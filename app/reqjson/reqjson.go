@@ -37,6 +37,24 @@ import (
 type Error struct {
 	Kind   Kind
 	Reason string
+	// Field is the dotted path of the member a wrong type is about
+	// ("metadata.order"), for the problem's errors[].field; "" when the
+	// refusal is about the body as a whole.
+	Field string
+}
+
+// Refusal is err as a problem's field and reason: the member Decode
+// blamed, or "body", and why. For an error that is not an *Error (none
+// of Decode's), a generic reason.
+func Refusal(err error) (field, reason string) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return "body", "is not a valid request"
+	}
+	if e.Field != "" {
+		return e.Field, e.Reason
+	}
+	return "body", e.Reason
 }
 
 // Kind sorts refusals, for callers that report some of them their own way.
@@ -144,7 +162,7 @@ func Decode(data []byte, v any) error {
 	strict := json.NewDecoder(bytes.NewReader(data))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(v); err != nil {
-		return &Error{Malformed, typeReason(data, err)}
+		return typeError(data, err)
 	}
 	return nil
 }
@@ -167,10 +185,10 @@ func Check(data []byte, v any) error {
 		panic("reqjson: a non-nil pointer is needed")
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return &Error{Malformed, "is empty; send a JSON object"}
+		return &Error{Kind: Malformed, Reason: "is empty; send a JSON object"}
 	}
 	if !utf8.Valid(data) {
-		return &Error{Encoding, "is not valid UTF-8"}
+		return &Error{Kind: Encoding, Reason: "is not valid UTF-8"}
 	}
 	// The names first: a caller that tolerates some refusals (tenants'
 	// field-level answers for NULs) must still learn of every duplicate
@@ -197,13 +215,13 @@ func walk(data []byte, t reflect.Type) *Error {
 		return err
 	}
 	if tok.Kind() != '{' {
-		return &Error{Malformed, "must be a JSON object"}
+		return &Error{Kind: Malformed, Reason: "must be a JSON object"}
 	}
 	if err := w.object(t); err != nil {
 		return err
 	}
 	if _, err := w.dec.ReadToken(); !errors.Is(err, io.EOF) {
-		return &Error{Malformed, "must be a single JSON object"}
+		return &Error{Kind: Malformed, Reason: "must be a single JSON object"}
 	}
 	return nil
 }
@@ -226,7 +244,7 @@ func escapes(data []byte) *Error {
 				inString = true
 			case '{', '[':
 				if depth++; depth > maxDepth {
-					return &Error{Malformed, "is nested too deeply"}
+					return &Error{Kind: Malformed, Reason: "is nested too deeply"}
 				}
 			case '}', ']':
 				depth--
@@ -243,7 +261,7 @@ func escapes(data []byte) *Error {
 				case !ok:
 					return nil
 				case r == 0:
-					return &Error{NUL, "must not contain NUL characters (\\u0000)"}
+					return &Error{Kind: NUL, Reason: "must not contain NUL characters (\\u0000)"}
 				case r >= 0xDC00 && r <= 0xDFFF:
 					return errUnpaired
 				case r >= 0xD800 && r <= 0xDBFF:
@@ -263,7 +281,7 @@ func escapes(data []byte) *Error {
 	return nil
 }
 
-var errUnpaired = &Error{Encoding, "has a \\u escape of an unpaired UTF-16 surrogate"}
+var errUnpaired = &Error{Kind: Encoding, Reason: "has a \\u escape of an unpaired UTF-16 surrogate"}
 
 // hex4 reads four hex digits at data[i:].
 func hex4(data []byte, i int) (rune, bool) {
@@ -303,12 +321,12 @@ func (w walker) token() (jsontext.Token, *Error) {
 func syntaxError(err error) *Error {
 	var syn *jsontext.SyntacticError
 	if !errors.As(err, &syn) {
-		return &Error{Malformed, "is not valid JSON"}
+		return &Error{Kind: Malformed, Reason: "is not valid JSON"}
 	}
 	if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
-		return &Error{Duplicate, fmt.Sprintf("has the member %s twice", quote(syn.JSONPointer.LastToken()))}
+		return &Error{Kind: Duplicate, Reason: fmt.Sprintf("has the member %s twice", quote(syn.JSONPointer.LastToken()))}
 	}
-	return &Error{Malformed, fmt.Sprintf("is not valid JSON (at byte %d)", syn.ByteOffset)}
+	return &Error{Kind: Malformed, Reason: fmt.Sprintf("is not valid JSON (at byte %d)", syn.ByteOffset)}
 }
 
 // value walks one value whose first token is tok, expected to fit t (nil:
@@ -404,10 +422,10 @@ func (w walker) object(t reflect.Type) *Error {
 			if ft, ok = fields[name]; !ok {
 				for known := range fields {
 					if strings.EqualFold(known, name) {
-						return &Error{CaseFolded, fmt.Sprintf("has the member %s, which must be written %s", quote(name), quote(known))}
+						return &Error{Kind: CaseFolded, Reason: fmt.Sprintf("has the member %s, which must be written %s", quote(name), quote(known))}
 					}
 				}
-				return &Error{Unknown, fmt.Sprintf("has the unknown member %s", quote(name))}
+				return &Error{Kind: Unknown, Reason: fmt.Sprintf("has the unknown member %s", quote(name))}
 			}
 		}
 		if err := w.next(ft); err != nil {
@@ -478,17 +496,50 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 	return m
 }
 
-// typeReason explains encoding/json's complaint about a value's type
-// without echoing the input back.
-func typeReason(data []byte, err error) string {
+// typeError explains encoding/json's complaint about a value's type in
+// JSON's terms ("must be a string", not Go's "string" or
+// "map[string]*string"), blaming the member it is about, without echoing
+// the input back.
+func typeError(data []byte, err error) *Error {
 	var typ *json.UnmarshalTypeError
 	if errors.As(err, &typ) {
 		if field := TypeErrorField(data, err); field != "" {
-			return fmt.Sprintf("field %s must be %s", field, typ.Type)
+			return &Error{Kind: Malformed, Reason: "must be " + JSONType(typ.Type), Field: field}
 		}
-		return "must be a JSON object"
+		return &Error{Kind: Malformed, Reason: "must be a JSON object"}
 	}
-	return "is not a valid request"
+	return &Error{Kind: Malformed, Reason: "is not a valid request"}
+}
+
+// JSONType names the JSON value that decodes into t, for a refusal.
+func JSONType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Map:
+		if e := t.Elem(); e.Kind() == reflect.String || e.Kind() == reflect.Pointer && e.Elem().Kind() == reflect.String {
+			return "an object of string values"
+		}
+		return "an object"
+	case reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		if e := t.Elem(); e.Kind() == reflect.String {
+			return "an array of strings"
+		}
+		return "an array"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "of another type"
 }
 
 // TypeErrorField names the member an *json.UnmarshalTypeError from decoding

@@ -25,6 +25,8 @@ type request struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Items    []inner           `json:"items,omitempty"`
 	Nested   *inner            `json:"nested,omitempty"`
+	Count    int64             `json:"count,omitempty"`
+	Tags     []string          `json:"tags,omitempty"`
 }
 
 func TestDecode(t *testing.T) {
@@ -50,11 +52,14 @@ func TestDecode(t *testing.T) {
 		{"Empty", ``, "empty"},
 		{"Blank", " \n\t", "empty"},
 		{"Syntax", `{"amount":}`, "not valid JSON"},
-		{"WrongType", `{"currency":5}`, "field currency must be string"},
-		{"WrongTypeInAMap", `{"metadata":{"a":"1","order":5}}`, "field metadata.order must be string"},
-		{"WrongTypeInAnArray", `{"items":[{"code":"x"},{"code":7}]}`, "field items.1.code must be string"},
-		{"WrongTypeUnderALongName", `{"metadata":{"` + strings.Repeat("k", 200) + `":5}}`, "field metadata must be string"},
-		{"WrongTypeUnderAControlName", `{"metadata":{"a\u0007b":5}}`, "field metadata must be string"},
+		{"WrongType", `{"currency":5}`, "currency: must be a string"},
+		{"WrongTypeInAMap", `{"metadata":{"a":"1","order":5}}`, "metadata.order: must be a string"},
+		{"WrongTypeInAnArray", `{"items":[{"code":"x"},{"code":7}]}`, "items.1.code: must be a string"},
+		{"WrongTypeUnderALongName", `{"metadata":{"` + strings.Repeat("k", 200) + `":5}}`, "metadata: must be a string"},
+		{"WrongTypeUnderAControlName", `{"metadata":{"a\u0007b":5}}`, "metadata: must be a string"},
+		{"AMapForAnArray", `{"metadata":["x"]}`, "metadata: must be an object of string values"},
+		{"AStringForAnArray", `{"tags":"x"}`, "tags: must be an array of strings"},
+		{"AStringForAnInteger", `{"count":"5"}`, "count: must be an integer"},
 		{"LoneHighSurrogate", `{"currency":"\ud800"}`, "unpaired"},
 		{"LoneLowSurrogate", `{"currency":"\udc00x"}`, "unpaired"},
 		{"HighThenNotLow", `{"currency":"\ud800\u0041"}`, "unpaired"},
@@ -85,7 +90,10 @@ func TestDecode(t *testing.T) {
 			}
 			var e *reqjson.Error
 			require.True(t, errors.As(err, &e), "want a *reqjson.Error, got %v", err)
-			require.Contains(t, e.Reason, tc.reason)
+			// A wrong type names its member as the problem's field;
+			// every other refusal is about the body.
+			field, reason := reqjson.Refusal(err)
+			require.Contains(t, field+": "+reason, tc.reason)
 		})
 	}
 }
