@@ -243,7 +243,10 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Description  verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // @Description  authentication. A verified event for a payment still processing is re-checked with the provider
 // @Description  (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored. The lookups events
+// @Description  make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// @Description  more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// @Description  send it again.
 // @Tags         webhooks
 // @Accept       json
 // @Produce      json
@@ -256,7 +259,7 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Failure      404 {object} problem.Problem "not_found (no such tenant or provider account)"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
-// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries"
+// @Failure      503 {object} problem.Problem "provider_unavailable, rate_limited, unavailable: the provider could not be asked, or was asked about this payment moments ago, or the database could not be reached; the provider retries"
 // @Header       503 {integer} Retry-After "seconds"
 // @ID           receiveWebhook
 // @Router       /v1/webhooks/{provider}/{tenant_id} [post]

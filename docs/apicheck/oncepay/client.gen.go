@@ -2245,7 +2245,10 @@ type ClientInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. The lookups events
+	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+	// send it again.
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3104,7 +3107,10 @@ func (c *Client) RotateWebhookEndpointSecret(ctx context.Context, id string, par
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. The lookups events
+// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// send it again.
 //
 // Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 func (c *Client) ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5596,7 +5602,10 @@ type ClientWithResponsesInterface interface {
 	// verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-	// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. The lookups events
+	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+	// send it again.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11379,7 +11388,10 @@ func (c *ClientWithResponses) RotateWebhookEndpointSecretWithResponse(ctx contex
 // verif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
-// out-of-order events are harmless; an unknown reference is acknowledged and ignored.
+// out-of-order events are harmless; an unknown reference is acknowledged and ignored. The lookups events
+// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// send it again.
 //
 // Returns a wrapper object for the known response body format(s).
 //
