@@ -90,10 +90,10 @@ type Service struct {
 	// a secret set wrong or a replay is worth a WARN, not one per request.
 	outsiders *slog.Logger
 	// hookLookups bounds the provider lookups webhooks make, per payment
-	// (webhookLookups).
+	// (hookLookupBurst).
 	hookLookups *ratelimit.Limiter
-	// charged are the payments an operator failed that the provider was
-	// told to have charged (chargedAfter).
+	// charged are the payments an operator failed whose charge at the
+	// provider was reported (chargedAfter).
 	charged told
 	// conflicts are the payments a charge under their reference for
 	// another amount was reported about (ours).

@@ -175,20 +175,21 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 // charge.succeeded), and its resends minutes apart. Most copies cost
 // nothing anyway: a payment final in the ledger is answered from it.
 //
-// Past the bound the delivery is answered 503 with Retry-After — the
-// answer every provider sends again — and not 200, which would be final:
-// a payment released as never charged, or one an operator failed, has no
-// sweeper looking again, and the event may be the only word of its charge.
-// Paystack resends a delivery not answered 200 three minutes later (four
-// times, then hourly for 72 hours), Stripe anything outside 2xx with
-// backoff for three days, Flutterwave failed ones when its retries are on;
-// by then the bucket has refilled. If the copies go on meanwhile, they
-// themselves have the payment looked up every hookLookupEvery, so no news
-// waits longer than that. (A Flutterwave account with retries off loses a
-// refused event to the webhook route; what is still processing, the
-// sweeper settles regardless.) 503 rather than 429: the status any sender
-// takes as transient, and the one this route already answers when the
-// provider cannot be asked.
+// Past the bound the delivery is answered 503 with Retry-After, for the
+// provider to send it again, and not 200, which would be final: a payment
+// released as never charged, or one an operator failed, is looked at again
+// seldom if at all (its one recheck; a watch every RECHECK_AFTER), and the
+// event may be the only word of its charge. Paystack resends a delivery not answered 200 three
+// minutes later (four times, then hourly for 72 hours), Stripe anything
+// outside 2xx with backoff for three days: by then the bucket has refilled.
+// If the copies go on meanwhile, they themselves have the payment looked
+// up every hookLookupEvery, so no news waits longer than that. Flutterwave's
+// resends are not documented (shared/providers.md 2.6): without them a
+// refused event is lost to the webhook route — only ever one that came
+// right after others about the same payment, and what is still processing
+// the sweeper settles regardless. 503 rather than 429: the status any
+// sender takes as transient, and the one this route already answers when
+// the provider cannot be asked.
 //
 // The buckets are each instance's: behind N instances a flood costs up to
 // N times as many lookups.
