@@ -38,17 +38,20 @@ func lookupCounter(t *testing.T, target string) (string, func() int) {
 	return srv.URL, func() int { return int(n.Load()) }
 }
 
-// Paystack and Flutterwave sign no timestamp, so anyone who has seen one
-// signed delivery can post it again at will. Every copy verifies, and each
-// would have the gateway look the payment up at the provider (the
-// merchant's API quota) while it is still open there. A flood of one
-// delivery costs a few lookups, is answered 503 with Retry-After past
-// them (never 500, never an ERROR, one WARN a minute), and loses nothing:
-// once the provider has the charge final, its own delivery a few minutes
-// later settles the payment — the identical bytes included — and so does
-// the sweeper in the meantime.
-func TestAReplayedWebhookCostsAFewLookups(t *testing.T) {
-	t.Parallel()
+// replayRig is a gateway behind a provider fake that signs no time
+// (Paystack, Flutterwave), the provider's lookups counted, the webhook
+// limit's clock in the test's hands, and a merchant.
+type replayRig struct {
+	f       fake
+	g       *apptest.Gateway
+	m       apptest.Merchant
+	lookups func() int
+	settle  func(string, providers.Outcome) error
+	webhook func(string) (http.Header, []byte, error)
+	later   func(time.Duration)
+}
+
+func untimedProviders(t *testing.T, run func(t *testing.T, r replayRig)) {
 	for _, f := range fakes() {
 		if f.name == "stripe" {
 			continue // its signature covers a time: a copy is refused after five minutes (TestStripeStaleWebhookIs401)
@@ -59,68 +62,101 @@ func TestAReplayedWebhookCostsAFewLookups(t *testing.T) {
 			counted, lookups := lookupCounter(t, upstream)
 			g := apptest.Start(t, apptest.Env(f.env, counted))
 			m := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: f.secrets}})
-			hook := "/v1/webhooks/" + f.name + "/" + m.ID
 			var mu sync.Mutex
 			now := time.Now()
 			g.App.Payments.SetWebhookClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
 			later := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-
-			// flood posts one captured delivery n times, as fast as the
-			// gateway answers, and says how many lookups it cost.
-			flood := func(h http.Header, b []byte, n int) int {
-				before := lookups()
-				for range n {
-					r := g.Do("POST", hook, b, headerPairs(h)...)
-					switch r.StatusCode {
-					case http.StatusOK:
-					case http.StatusServiceUnavailable:
-						require.Equal(t, "rate_limited", r.Code(t), string(r.Body))
-						require.NotEmpty(t, r.Header.Get("Retry-After"))
-					default:
-						t.Fatalf("a replay answered %d: %s", r.StatusCode, r.Body)
-					}
-				}
-				return lookups() - before
-			}
-
-			for _, key := range []string{"replayed", "swept"} {
-				r := g.Pay(m, key, providerBody(f, f.pending))
-				require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
-			}
-			ref := providers.Reference(m.ID, "replayed")
-			h, b, err := webhook(ref)
-			require.NoError(t, err)
-			require.LessOrEqual(t, flood(h, b, 60), 5, "sixty copies of one delivery")
-			swept := providers.Reference(m.ID, "swept")
-			sh, sb, err := webhook(swept)
-			require.NoError(t, err)
-			require.LessOrEqual(t, flood(sh, sb, 20), 5, "a payment's limit is its own")
-
-			logs := g.Logs.String()
-			require.NotContains(t, logs, `"level":"ERROR"`)
-			require.LessOrEqual(t, strings.Count(logs, "webhook for a payment looked up moments ago"), 1, logs)
-
-			// Now the provider has the charge final, and sends its event.
-			require.NoError(t, settle(ref, providers.OutcomeSucceeded))
-			require.NoError(t, settle(swept, providers.OutcomeSucceeded))
-			r := g.Do("POST", hook, b, headerPairs(h)...)
-			require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, "still within the flood's limit: %s", r.Body)
-			require.Equal(t, payments.StatusProcessing, ledgerByKey(t, g, m.ID, "replayed").Status)
-
-			// Refused, the provider sends it again (Paystack 3 minutes
-			// later): settled, from the same bytes.
-			later(3 * time.Minute)
-			r = g.Do("POST", hook, b, headerPairs(h)...)
-			require.Equal(t, http.StatusOK, r.StatusCode, string(r.Body))
-			require.Equal(t, "resolved", r.JSON(t)["status"])
-			require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "replayed").Status)
-			// Final now: copies cost no lookup at all.
-			require.Zero(t, flood(h, b, 20))
-
-			// The sweeper never waits on webhooks.
-			ageKeys(t, g, time.Hour)
-			require.Equal(t, 1, sweep(t, g).Resolved)
-			require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "swept").Status)
+			run(t, replayRig{f: f, g: g, m: m, lookups: lookups, settle: settle, webhook: webhook, later: later})
 		})
 	}
+}
+
+// pending pays under key with the provider's pending token (202), and
+// captures a signed delivery about it.
+func (r replayRig) pending(t *testing.T, key string) (ref string, h http.Header, b []byte) {
+	t.Helper()
+	res := r.g.Pay(r.m, key, providerBody(r.f, r.f.pending))
+	require.Equal(t, http.StatusAccepted, res.StatusCode, string(res.Body))
+	ref = providers.Reference(r.m.ID, key)
+	h, b, err := r.webhook(ref)
+	require.NoError(t, err)
+	return ref, h, b
+}
+
+// flood posts one delivery n times, as fast as the gateway answers, and
+// says how many lookups it cost. Every answer is 200, or 503 rate_limited
+// with Retry-After: never a 500.
+func (r replayRig) flood(t *testing.T, h http.Header, b []byte, n int) int {
+	t.Helper()
+	before := r.lookups()
+	for range n {
+		res := r.g.Do("POST", "/v1/webhooks/"+r.f.name+"/"+r.m.ID, b, headerPairs(h)...)
+		switch res.StatusCode {
+		case http.StatusOK:
+		case http.StatusServiceUnavailable:
+			require.Equal(t, "rate_limited", res.Code(t), string(res.Body))
+			require.NotEmpty(t, res.Header.Get("Retry-After"))
+		default:
+			t.Fatalf("a copy answered %d: %s", res.StatusCode, res.Body)
+		}
+	}
+	return r.lookups() - before
+}
+
+// Paystack and Flutterwave sign no timestamp, so anyone who has seen one
+// signed delivery can post it again at will. Every copy verifies, and each
+// would have the gateway look the payment up at the provider (the
+// merchant's API quota) while it is still open there. A flood of one
+// delivery costs a few lookups, the rest answered 503 with Retry-After —
+// never 500, never an ERROR, one WARN a minute — and once the payment is
+// final, copies cost none.
+func TestAReplayedWebhookCostsAFewLookups(t *testing.T) {
+	t.Parallel()
+	untimedProviders(t, func(t *testing.T, r replayRig) {
+		_, h, b := r.pending(t, "replayed")
+		require.LessOrEqual(t, r.flood(t, h, b, 60), 5, "sixty copies of one delivery")
+		_, oh, ob := r.pending(t, "other")
+		require.LessOrEqual(t, r.flood(t, oh, ob, 20), 5, "a payment's bound is its own")
+		require.Zero(t, r.flood(t, h, b, 20), "the first is still spent")
+		r.later(time.Minute)
+		require.LessOrEqual(t, r.flood(t, h, b, 20), 2, "a minute on: a lookup every 30s")
+
+		logs := r.g.Logs.String()
+		require.NotContains(t, logs, `"level":"ERROR"`)
+		require.Equal(t, 1, strings.Count(logs, "webhook for a payment looked up moments ago"), logs)
+	})
+}
+
+// The bound loses no legitimate event. Once the provider has the charge
+// final, its own delivery is refused while copies have just spent the
+// bound — answered 503, so it comes again (Paystack three minutes later)
+// and then settles the payment, from the very same bytes; and the
+// sweeper settles it regardless, never waiting on webhooks.
+func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
+	t.Parallel()
+	untimedProviders(t, func(t *testing.T, r replayRig) {
+		ref, h, b := r.pending(t, "replayed")
+		swept, sh, sb := r.pending(t, "swept")
+		r.flood(t, h, b, 20)
+		r.flood(t, sh, sb, 20)
+
+		require.NoError(t, r.settle(ref, providers.OutcomeSucceeded))
+		require.NoError(t, r.settle(swept, providers.OutcomeSucceeded))
+		hook := "/v1/webhooks/" + r.f.name + "/" + r.m.ID
+		res := r.g.Do("POST", hook, b, headerPairs(h)...)
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "within the flood's bound: %s", res.Body)
+		require.Equal(t, payments.StatusProcessing, ledgerByKey(t, r.g, r.m.ID, "replayed").Status)
+
+		r.later(3 * time.Minute)
+		res = r.g.Do("POST", hook, b, headerPairs(h)...)
+		require.Equal(t, http.StatusOK, res.StatusCode, string(res.Body))
+		require.Equal(t, "resolved", res.JSON(t)["status"])
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, r.g, r.m.ID, "replayed").Status)
+		require.Zero(t, r.flood(t, h, b, 20), "final: copies are answered from the ledger")
+
+		ageKeys(t, r.g, time.Hour)
+		require.Equal(t, 1, sweep(t, r.g).Resolved)
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, r.g, r.m.ID, "swept").Status)
+		require.NotContains(t, r.g.Logs.String(), `"level":"ERROR"`)
+	})
 }
