@@ -3341,7 +3341,7 @@ const docTemplate = `{
         },
         "/v1/webhooks/{provider}/{tenant_id}": {
             "post": {
-                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant\nis answered as a bad signature, so the route tells nobody which tenant ids exist.",
+                "description": "Providers call this with the tenant's id in the path. The signature (x-paystack-signature,\nverif-hash / flutterwave-signature, Stripe-Signature) under that tenant's provider secret is the\nauthentication. A verified event for a payment still processing is re-checked with the provider\n(Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and\nout-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant\nis answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events\nmake are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no\nmore than that at the provider: past it the event is answered 503 rate_limited, for the provider to\nsend it again.",
                 "consumes": [
                     "application/json"
                 ],
@@ -3402,7 +3402,7 @@ const docTemplate = `{
                         }
                     },
                     "503": {
-                        "description": "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries",
+                        "description": "provider_unavailable, rate_limited, unavailable: the provider could not be asked, or was asked about this payment moments ago, or the database could not be reached; the provider retries",
                         "schema": {
                             "$ref": "#/definitions/Problem"
                         },

@@ -545,6 +545,20 @@ func TestAChargeThatLandsAfterAnOperatorFailedItIsAnError(t *testing.T) {
 	require.Equal(t, "final", hook.JSON(t)["status"])
 	require.Equal(t, payments.StatusFailed, ledgerByKey(t, g, m.ID, "abandoned").Status)
 	requireChargedAfterResolution(t, g, id)
+
+	// Anyone may post copies of that event (Paystack signs no time): the
+	// person is told once, not at each copy.
+	for range 10 {
+		r := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, r.StatusCode, string(r.Body))
+	}
+	told := 0
+	for _, l := range strings.Split(g.Logs.String(), "\n") {
+		if strings.Contains(l, "refund it at the provider") && strings.Contains(l, `"level":"ERROR"`) {
+			told++
+		}
+	}
+	require.Equal(t, 1, told, g.Logs.String())
 }
 
 // A charge that lands while an operator's resolution holds the key has

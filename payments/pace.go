@@ -14,7 +14,8 @@ import (
 // to each provider from this instance, so a provider recovering from an
 // outage is not hammered by the backlog the outage left. A merchant's own
 // request (a retry, a poll) and a provider's webhook are never paced: they
-// are one lookup each, and someone is waiting on them.
+// are one lookup each, and someone is waiting on them. (Copies of one
+// webhook are refused instead, past a few lookups: hookLookupBurst.)
 type pacer struct {
 	limit rate.Limit
 	mu    sync.Mutex

@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/logthrottle"
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/events"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
@@ -83,11 +84,17 @@ type Service struct {
 	accounts Accounts
 	cfg      Config
 	pacer    *pacer
-	// unsigned logs webhooks refused for their signature, once a minute at
-	// most with a count of the rest: a secret set wrong at the provider
-	// or the gateway is worth a WARN, but anyone can post unsigned
-	// requests to the route.
-	unsigned *slog.Logger
+	// outsiders logs what anyone can make the webhook route do — a
+	// signature refused, a copy of a signed delivery refused (hookLookups)
+	// — once a minute at most for each message, with a count of the rest:
+	// a secret set wrong or a replay is worth a WARN, not one per request.
+	outsiders *slog.Logger
+	// hookLookups bounds the provider lookups webhooks make, per payment
+	// (hookLookupBurst).
+	hookLookups *ratelimit.Limiter
+	// charged are the payments an operator failed whose charge at the
+	// provider was reported (chargedAfter).
+	charged told
 	// conflicts are the payments a charge under their reference for
 	// another amount was reported about (ours).
 	conflicts told
@@ -146,7 +153,7 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 		cfg.Events = events.NewEmitter(cfg.Now)
 	}
 	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg, pacer: newPacer(cfg.SweepProviderRate),
-		unsigned: slog.New(logthrottle.New(cfg.Log.Handler(), time.Minute, nil))}
+		outsiders: slog.New(logthrottle.New(cfg.Log.Handler(), time.Minute, nil)), hookLookups: newHookLookups()}
 }
 
 // Store exposes the payment store (for reads by handlers and tests).

@@ -3,12 +3,15 @@ package payments
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/ratelimit"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/providers"
 )
@@ -37,7 +40,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	// is the same answer; only the log says which it was, for on-call.
 	prov, err := s.accounts.Provider(ctx, tenantID, provider)
 	if errors.Is(err, providers.ErrUnknownProvider) {
-		s.unsigned.WarnContext(ctx, "webhook for no such endpoint refused", "merchant_id", tenantID, "provider", provider,
+		s.outsiders.WarnContext(ctx, "webhook for no such endpoint refused", "merchant_id", tenantID, "provider", provider,
 			"why", "no such tenant, or no account of the tenant with this provider")
 		return WebhookResult{}, badSignature()
 	}
@@ -49,10 +52,10 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	case errors.Is(err, providers.ErrNoWebhooks):
 		// Every tenant has the simulator in development: a 404 here beside
 		// the 401 of an unknown tenant would be the same oracle.
-		s.unsigned.WarnContext(ctx, "webhook for a provider that sends none refused", "merchant_id", tenantID, "provider", provider)
+		s.outsiders.WarnContext(ctx, "webhook for a provider that sends none refused", "merchant_id", tenantID, "provider", provider)
 		return WebhookResult{}, badSignature()
 	case errors.Is(err, providers.ErrBadSignature):
-		s.unsigned.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
+		s.outsiders.WarnContext(ctx, "webhook signature invalid", "merchant_id", tenantID, "provider", provider)
 		return WebhookResult{}, badSignature()
 	case err != nil:
 		return WebhookResult{}, problem.Invalid(problem.FieldError{Field: "body", Reason: "is not a webhook event this provider sends"})
@@ -84,6 +87,15 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	if p.Provider != provider {
 		return WebhookResult{Status: "ignored"}, nil
+	}
+	if looksUp(ev, &p) {
+		if ok, wait := s.hookLookups.Allow(hookLookupKey(ev, &p)); !ok {
+			s.outsiders.WarnContext(ctx, "webhook for a payment looked up moments ago refused; the provider sends it again",
+				"merchant_id", tenantID, "provider", provider, "payment_id", p.ID, "event", ev.Type)
+			return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "rate_limited",
+				"this payment was looked up with the provider moments ago; retry later").
+				WithRetryAfter(ratelimit.RetryAfterSeconds(wait))
+		}
 	}
 	if ev.Refund {
 		settled, deferred, err := s.settleRefundsOf(ctx, p, ev.RefundReference)
@@ -162,6 +174,67 @@ func badSignature() *problem.Problem {
 	return problem.New(fiber.StatusUnauthorized, "invalid_signature", "the webhook signature does not verify")
 }
 
+// Paystack and Flutterwave sign the body alone, with no time in it, so a
+// delivery seen once (in a proxy's log, at a misrouted endpoint) can be
+// posted again by anyone, for ever, and every copy verifies. A copy changes
+// nothing (the event is only a hint; the outcome comes from a lookup), but
+// each one about a payment still open at the provider has it looked up
+// there, on the merchant's API quota. Copies cannot be refused as bodies
+// seen before: the provider's own resend after the charge moved on can be
+// byte-identical, and must settle. So the lookups are bounded instead: per
+// payment (per refund, for a refund's event), hookLookupBurst at once, then
+// one every hookLookupEvery. A provider never comes near that: it sends an
+// event or two per change (Stripe's payment_intent.succeeded and
+// charge.succeeded), and its resends minutes apart. Most copies cost
+// nothing anyway: a payment final in the ledger is answered from it.
+//
+// Past the bound the delivery is answered 503 with Retry-After, for the
+// provider to send it again, and not 200, which would be final: a payment
+// released as never charged, or one an operator failed, is looked at again
+// seldom if at all (its one recheck; a watch every RECHECK_AFTER), and the
+// event may be the only word of its charge. Paystack resends a delivery not answered 200 three
+// minutes later (four times, then hourly for 72 hours), Stripe anything
+// outside 2xx with backoff for three days: by then the bucket has refilled.
+// If the copies go on meanwhile, they themselves have the payment looked
+// up every hookLookupEvery, so no news waits longer than that. Flutterwave's
+// resends are not documented (shared/providers.md 2.6): without them a
+// refused event is lost to the webhook route — only ever one that came
+// right after others about the same payment, and what is still processing
+// the sweeper settles regardless. 503 rather than 429: the status any
+// sender takes as transient, and the one this route already answers when
+// the provider cannot be asked.
+//
+// The buckets are each instance's: behind N instances a flood costs up to
+// N times as many lookups.
+const (
+	hookLookupBurst = 5
+	hookLookupEvery = 30 * time.Second
+)
+
+func newHookLookups() *ratelimit.Limiter {
+	return ratelimit.New(ratelimit.Config{Rate: 1 / hookLookupEvery.Seconds(), Burst: hookLookupBurst})
+}
+
+// looksUp reports whether the provider is asked about a verified event
+// naming p: every event of a payment still open and every refund's, and
+// those of the two final payments whose charge may yet turn up (released
+// as never charged, failed by an operator).
+func looksUp(ev providers.Event, p *Payment) bool {
+	return ev.Refund || !final(p.Status) || p.retryable() ||
+		(p.Status == StatusFailed && p.FailureCode == FailureResolved)
+}
+
+// hookLookupKey is the bucket of ev's lookups: its payment's, or for a
+// refund's event its refund's, so that the events of several refunds of one
+// payment settling together are not taken for copies of one another.
+func hookLookupKey(ev providers.Event, p *Payment) string {
+	k := p.MerchantID + "/" + p.ID
+	if ev.Refund {
+		k += "/refund/" + ev.RefundReference
+	}
+	return k
+}
+
 // conflicted reports whether err is only that the provider's charge under
 // the payment's reference is another one (logged where it was found): no
 // retry of the event can change that, so it is answered, not 503 — the
@@ -185,7 +258,10 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Description  authentication. A verified event for a payment still processing is re-checked with the provider
 // @Description  (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// @Description  is answered as a bad signature, so the route tells nobody which tenant ids exist.
+// @Description  is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// @Description  make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// @Description  more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// @Description  send it again.
 // @Tags         webhooks
 // @Accept       json
 // @Produce      json
@@ -197,7 +273,7 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Failure      401 {object} problem.Problem "invalid_signature: the signature does not verify, or there is nothing to verify it with (no such tenant, no account with the provider, a provider that sends none); the answer does not say which, the gateway's log does"
 // @Failure      413 {object} problem.Problem "body_too_large"
 // @Failure      500 {object} problem.Problem "internal (the provider retries the webhook)"
-// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: the provider could not be asked, or the database could not be reached; the provider retries"
+// @Failure      503 {object} problem.Problem "provider_unavailable, rate_limited, unavailable: the provider could not be asked, or was asked about this payment moments ago, or the database could not be reached; the provider retries"
 // @Header       503 {integer} Retry-After "seconds"
 // @ID           receiveWebhook
 // @Router       /v1/webhooks/{provider}/{tenant_id} [post]
@@ -236,7 +312,13 @@ func (s *Service) chargedAfterResolution(ctx context.Context, p *Payment) error 
 // operator resolved as failed. The charge is final news: the payment's
 // watch, if any, ends with it, so the next look does not say it again.
 func (s *Service) chargedAfter(ctx context.Context, p *Payment, res providers.Result) {
-	s.cfg.Log.ErrorContext(ctx, "the provider charged a payment an operator resolved as failed; refund it at the provider",
+	level := slog.LevelError
+	if !s.charged.first(p.ID, time.Now()) {
+		// Told within the hour: every copy of the provider's event finds
+		// it again, and anyone may post copies.
+		level = slog.LevelInfo
+	}
+	s.cfg.Log.Log(ctx, level, "the provider charged a payment an operator resolved as failed; refund it at the provider",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
 	if _, err := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, 0); err != nil {

@@ -2434,7 +2434,10 @@ type ClientInterface interface {
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+	// send it again.
 	//
 	// Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3300,7 +3303,10 @@ func (c *Client) RotateWebhookEndpointSecret(ctx context.Context, id string, par
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// is answered as a bad signature, so the route tells nobody which tenant ids exist.
+// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// send it again.
 //
 // Corresponds with POST /v1/webhooks/{provider}/{tenant_id} (the `ReceiveWebhook` operationId).
 func (c *Client) ReceiveWebhook(ctx context.Context, provider string, tenantId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5814,7 +5820,10 @@ type ClientWithResponsesInterface interface {
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-	// is answered as a bad signature, so the route tells nobody which tenant ids exist.
+	// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+	// send it again.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11605,7 +11614,10 @@ func (c *ClientWithResponses) RotateWebhookEndpointSecretWithResponse(ctx contex
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// is answered as a bad signature, so the route tells nobody which tenant ids exist.
+// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
+// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
+// send it again.
 //
 // Returns a wrapper object for the known response body format(s).
 //

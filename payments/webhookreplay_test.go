@@ -1,0 +1,162 @@
+package payments_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/payments"
+	"github.com/oncepay/gateway/providers"
+)
+
+// lookupCounter sits between the gateway and a provider's fake and counts
+// the lookups by reference (Paystack's /transaction/verify/:reference,
+// Flutterwave's /v3/transactions/verify_by_reference): what a replayed
+// webhook spends of the merchant's quota at the provider.
+func lookupCounter(t *testing.T, target string) (string, func() int) {
+	t.Helper()
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/verify") {
+			n.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() int { return int(n.Load()) }
+}
+
+// replayRig is a gateway behind a provider fake that signs no time
+// (Paystack, Flutterwave), the provider's lookups counted, the webhook
+// limit's clock in the test's hands, and a merchant.
+type replayRig struct {
+	f       fake
+	g       *apptest.Gateway
+	m       apptest.Merchant
+	lookups func() int
+	settle  func(string, providers.Outcome) error
+	webhook func(string) (http.Header, []byte, error)
+	later   func(time.Duration)
+}
+
+func untimedProviders(t *testing.T, run func(t *testing.T, r replayRig)) {
+	for _, f := range fakes() {
+		if f.name == "stripe" {
+			continue // its signature covers a time: a copy is refused after five minutes (TestStripeStaleWebhookIs401)
+		}
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			upstream, _, settle, webhook := f.start(t)
+			counted, lookups := lookupCounter(t, upstream)
+			g := apptest.Start(t, apptest.Env(f.env, counted))
+			m := g.Onboard(map[string]any{"default_provider": f.name, "providers": map[string]any{f.name: f.secrets}})
+			var mu sync.Mutex
+			now := time.Now()
+			g.App.Payments.SetWebhookClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+			later := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+			run(t, replayRig{f: f, g: g, m: m, lookups: lookups, settle: settle, webhook: webhook, later: later})
+		})
+	}
+}
+
+// pending pays under key with the provider's pending token (202), and
+// captures a signed delivery about it.
+func (r replayRig) pending(t *testing.T, key string) (ref string, h http.Header, b []byte) {
+	t.Helper()
+	res := r.g.Pay(r.m, key, providerBody(r.f, r.f.pending))
+	require.Equal(t, http.StatusAccepted, res.StatusCode, string(res.Body))
+	ref = providers.Reference(r.m.ID, key)
+	h, b, err := r.webhook(ref)
+	require.NoError(t, err)
+	return ref, h, b
+}
+
+// flood posts one delivery n times, as fast as the gateway answers, and
+// says how many lookups it cost. Every answer is 200, or 503 rate_limited
+// with Retry-After: never a 500.
+func (r replayRig) flood(t *testing.T, h http.Header, b []byte, n int) int {
+	t.Helper()
+	before := r.lookups()
+	for range n {
+		res := r.g.Do("POST", "/v1/webhooks/"+r.f.name+"/"+r.m.ID, b, headerPairs(h)...)
+		switch res.StatusCode {
+		case http.StatusOK:
+		case http.StatusServiceUnavailable:
+			require.Equal(t, "rate_limited", res.Code(t), string(res.Body))
+			require.NotEmpty(t, res.Header.Get("Retry-After"))
+		default:
+			t.Fatalf("a copy answered %d: %s", res.StatusCode, res.Body)
+		}
+	}
+	return r.lookups() - before
+}
+
+// Paystack and Flutterwave sign no timestamp, so anyone who has seen one
+// signed delivery can post it again at will. Every copy verifies, and each
+// would have the gateway look the payment up at the provider (the
+// merchant's API quota) while it is still open there. A flood of one
+// delivery costs a few lookups, the rest answered 503 with Retry-After —
+// never 500, never an ERROR, one WARN a minute — and once the payment is
+// final, copies cost none.
+func TestAReplayedWebhookCostsAFewLookups(t *testing.T) {
+	t.Parallel()
+	untimedProviders(t, func(t *testing.T, r replayRig) {
+		_, h, b := r.pending(t, "replayed")
+		require.LessOrEqual(t, r.flood(t, h, b, 60), 5, "sixty copies of one delivery")
+		_, oh, ob := r.pending(t, "other")
+		require.LessOrEqual(t, r.flood(t, oh, ob, 20), 5, "a payment's bound is its own")
+		require.Zero(t, r.flood(t, h, b, 20), "the first is still spent")
+		r.later(time.Minute)
+		require.LessOrEqual(t, r.flood(t, h, b, 20), 2, "a minute on: a lookup every 30s")
+
+		logs := r.g.Logs.String()
+		require.NotContains(t, logs, `"level":"ERROR"`)
+		require.Equal(t, 1, strings.Count(logs, "webhook for a payment looked up moments ago"), logs)
+	})
+}
+
+// The bound loses no legitimate event. Once the provider has the charge
+// final, its own delivery is refused while copies have just spent the
+// bound — answered 503, so it comes again (Paystack three minutes later)
+// and then settles the payment, from the very same bytes; and the
+// sweeper settles it regardless, never waiting on webhooks.
+func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
+	t.Parallel()
+	untimedProviders(t, func(t *testing.T, r replayRig) {
+		ref, h, b := r.pending(t, "replayed")
+		swept, sh, sb := r.pending(t, "swept")
+		r.flood(t, h, b, 20)
+		r.flood(t, sh, sb, 20)
+
+		require.NoError(t, r.settle(ref, providers.OutcomeSucceeded))
+		require.NoError(t, r.settle(swept, providers.OutcomeSucceeded))
+		hook := "/v1/webhooks/" + r.f.name + "/" + r.m.ID
+		res := r.g.Do("POST", hook, b, headerPairs(h)...)
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "within the flood's bound: %s", res.Body)
+		require.Equal(t, payments.StatusProcessing, ledgerByKey(t, r.g, r.m.ID, "replayed").Status)
+
+		r.later(3 * time.Minute)
+		res = r.g.Do("POST", hook, b, headerPairs(h)...)
+		require.Equal(t, http.StatusOK, res.StatusCode, string(res.Body))
+		require.Equal(t, "resolved", res.JSON(t)["status"])
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, r.g, r.m.ID, "replayed").Status)
+		require.Zero(t, r.flood(t, h, b, 20), "final: copies are answered from the ledger")
+
+		ageKeys(t, r.g, time.Hour)
+		require.Equal(t, 1, sweep(t, r.g).Resolved)
+		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, r.g, r.m.ID, "swept").Status)
+		require.NotContains(t, r.g.Logs.String(), `"level":"ERROR"`)
+	})
+}
