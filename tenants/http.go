@@ -193,6 +193,14 @@ type TokenResponse struct {
 	ExpiresIn   int    `json:"expires_in" example:"900"`
 } // @name Token
 
+// TokenProblem documents a refused token request: a problem whose error
+// member is RFC 6749 §5.2's code, for OAuth client libraries.
+type TokenProblem struct {
+	problem.Problem
+	// RFC 6749 §5.2: invalid_request, invalid_client, unsupported_grant_type or unauthorized_client.
+	Error string `json:"error" example:"invalid_client" enums:"invalid_request,invalid_client,unsupported_grant_type,unauthorized_client"`
+} // @name TokenProblem
+
 // String redacts the token.
 func (r TokenResponse) String() string { return "tenants.TokenResponse{redacted}" }
 
@@ -451,9 +459,9 @@ func (h *Handler) requireAdmin(c *fiber.Ctx) error {
 //	@Param			client_id		formData	string	false	"client_secret_post: the client id (leave out with HTTP Basic)"		extensions(x-example=)
 //	@Param			client_secret	formData	string	false	"client_secret_post: the client secret (leave out with HTTP Basic)"	extensions(x-example=)
 //	@Success		200				{object}	TokenResponse
-//	@Failure		400				{object}	problem.Problem	"invalid_request, unsupported_grant_type"
-//	@Failure		401				{object}	problem.Problem	"invalid_client"
-//	@Failure		403				{object}	problem.Problem	"tenant_suspended"
+//	@Failure		400				{object}	TokenProblem	"invalid_request, unsupported_grant_type"
+//	@Failure		401				{object}	TokenProblem	"invalid_client"
+//	@Failure		403				{object}	TokenProblem	"tenant_suspended (error: unauthorized_client)"
 //	@Failure		413				{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
 //	@Failure		415				{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed"
 //	@Failure		500				{object}	problem.Problem	"internal (quote request_id)"
@@ -490,7 +498,15 @@ func oauthError(p *problem.Problem) string {
 func (h *Handler) grant(c *fiber.Ctx) error {
 	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
 	if err != nil || mt != fiber.MIMEApplicationForm {
-		return problem.New(fiber.StatusBadRequest, "invalid_request", "the body must be application/x-www-form-urlencoded")
+		// 400 invalid_request, not 415: RFC 6749 §5.2's answer, which
+		// OAuth client libraries read. The detail says what to send,
+		// since the usual mistake is sending nothing (curl -u without -d).
+		if len(c.Body()) == 0 {
+			return problem.New(fiber.StatusBadRequest, "invalid_request",
+				"send grant_type=client_credentials as an application/x-www-form-urlencoded body")
+		}
+		return problem.New(fiber.StatusBadRequest, "invalid_request",
+			"the body must be application/x-www-form-urlencoded (grant_type=client_credentials), not JSON or another type")
 	}
 	args := c.Request().PostArgs()
 	grants := args.PeekMulti("grant_type")
@@ -623,8 +639,14 @@ func (h *Handler) RequireMerchant() fiber.Handler {
 		}
 		t, err := h.svc.Authenticate(c.UserContext(), raw)
 		switch {
+		case errors.Is(err, ErrTokenExpired):
+			// RFC 6750 §3's own example: the description tells a client's
+			// developer to refresh, not to debug.
+			c.Set(fiber.HeaderWWWAuthenticate, `Bearer error="invalid_token", error_description="The access token expired"`)
+			return problem.New(fiber.StatusUnauthorized, "invalid_token",
+				"the access token has expired; get a new one from POST /v1/auth/token")
 		case errors.Is(err, ErrInvalidToken):
-			return invalidToken(c, "the access token is invalid or expired")
+			return invalidToken(c, "the access token is invalid")
 		case err != nil:
 			return toProblem(err)
 		}

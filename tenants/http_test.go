@@ -102,42 +102,47 @@ func TestMerchantAuthFailures(t *testing.T) {
 	otherKey := []byte("another-secret-another-secret-0000")
 
 	cases := []struct {
-		name   string
-		header string
+		name    string
+		header  string
+		expired bool // told apart: the client refreshes
 	}{
-		{"MissingHeader", ""},
-		{"NotBearerScheme", "Basic " + good},
-		{"EmptyBearer", "Bearer "},
-		{"Garbled", "Bearer not.a.jwt"},
-		{"GarbledBase64", "Bearer !!!!.????.****"},
-		{"TruncatedSignature", "Bearer " + good[:len(good)-4]},
-		{"AlgNone", "Bearer " + mint(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, kid, sub)},
-		{"HS512", "Bearer " + mint(t, jwt.SigningMethodHS512, testJWTSecret, kid, sub)},
-		{"WrongKeySameKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, kid, sub)},
-		{"WrongKeyOwnKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, keyID(otherKey), sub)},
-		{"NoKid", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, "", sub)},
-		{"WrongAudience", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Audience = jwt.ClaimStrings{"other-api"} }))},
-		{"WrongIssuer", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Issuer = "evil" }))},
-		{"NoExpiry", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ExpiresAt = nil }))},
+		{"MissingHeader", "", false},
+		{"NotBearerScheme", "Basic " + good, false},
+		{"EmptyBearer", "Bearer ", false},
+		{"Garbled", "Bearer not.a.jwt", false},
+		{"GarbledBase64", "Bearer !!!!.????.****", false},
+		{"TruncatedSignature", "Bearer " + good[:len(good)-4], false},
+		{"AlgNone", "Bearer " + mint(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, kid, sub), false},
+		{"HS512", "Bearer " + mint(t, jwt.SigningMethodHS512, testJWTSecret, kid, sub), false},
+		{"WrongKeySameKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, kid, sub), false},
+		{"WrongKeyOwnKid", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, keyID(otherKey), sub), false},
+		{"NoKid", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, "", sub), false},
+		{"WrongAudience", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Audience = jwt.ClaimStrings{"other-api"} })), false},
+		{"WrongIssuer", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Issuer = "evil" })), false},
+		{"NoExpiry", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ExpiresAt = nil })), false},
 		{"Expired", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
-		}))},
+		})), true},
+		// Only a token the gateway signed is ever called expired.
+		{"ExpiredUnderAnotherKey", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, kid, with(func(c *accessClaims) {
+			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
+		})), false},
 		{"IssuedInFuture", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.IssuedAt = jwt.NewNumericDate(time.Now().Add(time.Hour))
-		}))},
+		})), false},
 		// Signed with the key (leaked, say), but living longer than any
 		// token the gateway issues: refused, so a forged token dies
 		// within TOKEN_TTL of the key's rotation like an issued one.
 		{"LongerThanTokenTTL", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(10 * 365 * 24 * time.Hour))
-		}))},
+		})), false},
 		{"LongerThanTokenTTLCanBe", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(MaxTokenTTL + time.Minute))
-		}))},
-		{"NoIssuedAt", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.IssuedAt = nil }))},
-		{"UnknownTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Subject = "ten_nope" }))},
-		{"CredentialOfAnotherTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ClientID = "cli_other" }))},
-		{"AdminKeyAsMerchantToken", "Bearer " + testAdminKey},
+		})), false},
+		{"NoIssuedAt", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.IssuedAt = nil })), false},
+		{"UnknownTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Subject = "ten_nope" })), false},
+		{"CredentialOfAnotherTenant", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ClientID = "cli_other" })), false},
+		{"AdminKeyAsMerchantToken", "Bearer " + testAdminKey, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,8 +155,14 @@ func TestMerchantAuthFailures(t *testing.T) {
 			}
 			require.Equal(t, 401, r.status, string(r.body))
 			require.Equal(t, "invalid_token", r.code(t))
-			require.Equal(t, `Bearer error="invalid_token"`, r.header.Get("WWW-Authenticate"))
 			require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+			if tc.expired {
+				require.Equal(t, `Bearer error="invalid_token", error_description="The access token expired"`, r.header.Get("WWW-Authenticate"))
+				require.Contains(t, string(r.body), "the access token has expired")
+				return
+			}
+			require.Equal(t, `Bearer error="invalid_token"`, r.header.Get("WWW-Authenticate"))
+			require.NotContains(t, string(r.body), "expired")
 		})
 	}
 
@@ -165,6 +176,7 @@ func TestMerchantAuthFailures(t *testing.T) {
 		r := e.me(tok)
 		require.Equal(t, 401, r.status)
 		require.Equal(t, "invalid_token", r.code(t))
+		require.Contains(t, r.header.Get("WWW-Authenticate"), `error_description="The access token expired"`)
 	})
 }
 
@@ -386,32 +398,38 @@ func TestTokenEndpointErrors(t *testing.T) {
 		name, ctype, body, auth string
 		status                  int
 		code                    string
+		detail                  string // "": not checked, else a substring
 	}{
-		{"JSONBody", "application/json", `{"grant_type":"client_credentials"}`, basic(cid, secret), 400, "invalid_request"},
-		{"MissingGrantType", form, "scope=x", basic(cid, secret), 400, "invalid_request"},
-		{"DuplicateGrantType", form, "grant_type=client_credentials&grant_type=client_credentials", basic(cid, secret), 400, "invalid_request"},
-		{"PasswordGrant", form, "grant_type=password", basic(cid, secret), 400, "unsupported_grant_type"},
-		{"BodyAndBasic", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret, basic(cid, secret), 400, "invalid_request"},
-		{"BodySecretAndBasic", form, "grant_type=client_credentials&client_secret=" + secret, basic(cid, secret), 400, "invalid_request"},
-		{"DuplicateClientID", form, "grant_type=client_credentials&client_id=" + cid + "&client_id=" + cid + "&client_secret=" + secret, "", 400, "invalid_request"},
-		{"OverlongBodySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + strings.Repeat("x", 2000), "", 400, "invalid_request"},
-		{"BodyWithoutSecret", form, "grant_type=client_credentials&client_id=" + cid, "", 401, "invalid_client"},
-		{"BodyWithEmptySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=", "", 401, "invalid_client"},
-		{"BodyWrongSecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret + "x", "", 401, "invalid_client"},
-		{"BodySuspendedTenant", form, "grant_type=client_credentials&client_id=" + cid2 + "&client_secret=" + secret2, "", 403, "tenant_suspended"},
-		{"MissingBasic", form, "grant_type=client_credentials", "", 401, "invalid_client"},
-		{"GarbledBasic", form, "grant_type=client_credentials", "Basic %%%", 401, "invalid_client"},
-		{"BasicWithoutColon", form, "grant_type=client_credentials", "Basic Y2xpX3g=", 401, "invalid_client"},
-		{"BearerInsteadOfBasic", form, "grant_type=client_credentials", "Bearer " + secret, 401, "invalid_client"},
-		{"WrongSecret", form, "grant_type=client_credentials", basic(cid, secret+"x"), 401, "invalid_client"},
-		{"OtherTenantsSecret", form, "grant_type=client_credentials", basic(cid, secret2), 401, "invalid_client"},
-		{"UnknownClient", form, "grant_type=client_credentials", basic("cli_nope", secret), 401, "invalid_client"},
-		{"SuspendedTenant", form, "grant_type=client_credentials", basic(cid2, secret2), 403, "tenant_suspended"},
+		{"JSONBody", "application/json", `{"grant_type":"client_credentials"}`, basic(cid, secret), 400, "invalid_request", "must be application/x-www-form-urlencoded (grant_type=client_credentials)"},
+		// curl -u id:secret without -d: no body, no type.
+		{"NoBody", "", "", basic(cid, secret), 400, "invalid_request", "send grant_type=client_credentials as an application/x-www-form-urlencoded body"},
+		{"MissingGrantType", form, "scope=x", basic(cid, secret), 400, "invalid_request", ""},
+		{"DuplicateGrantType", form, "grant_type=client_credentials&grant_type=client_credentials", basic(cid, secret), 400, "invalid_request", ""},
+		{"PasswordGrant", form, "grant_type=password", basic(cid, secret), 400, "unsupported_grant_type", ""},
+		{"BodyAndBasic", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret, basic(cid, secret), 400, "invalid_request", ""},
+		{"BodySecretAndBasic", form, "grant_type=client_credentials&client_secret=" + secret, basic(cid, secret), 400, "invalid_request", ""},
+		{"DuplicateClientID", form, "grant_type=client_credentials&client_id=" + cid + "&client_id=" + cid + "&client_secret=" + secret, "", 400, "invalid_request", ""},
+		{"OverlongBodySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + strings.Repeat("x", 2000), "", 400, "invalid_request", ""},
+		{"BodyWithoutSecret", form, "grant_type=client_credentials&client_id=" + cid, "", 401, "invalid_client", ""},
+		{"BodyWithEmptySecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=", "", 401, "invalid_client", ""},
+		{"BodyWrongSecret", form, "grant_type=client_credentials&client_id=" + cid + "&client_secret=" + secret + "x", "", 401, "invalid_client", ""},
+		{"BodySuspendedTenant", form, "grant_type=client_credentials&client_id=" + cid2 + "&client_secret=" + secret2, "", 403, "tenant_suspended", ""},
+		{"MissingBasic", form, "grant_type=client_credentials", "", 401, "invalid_client", ""},
+		{"GarbledBasic", form, "grant_type=client_credentials", "Basic %%%", 401, "invalid_client", ""},
+		{"BasicWithoutColon", form, "grant_type=client_credentials", "Basic Y2xpX3g=", 401, "invalid_client", ""},
+		{"BearerInsteadOfBasic", form, "grant_type=client_credentials", "Bearer " + secret, 401, "invalid_client", ""},
+		{"WrongSecret", form, "grant_type=client_credentials", basic(cid, secret+"x"), 401, "invalid_client", ""},
+		{"OtherTenantsSecret", form, "grant_type=client_credentials", basic(cid, secret2), 401, "invalid_client", ""},
+		{"UnknownClient", form, "grant_type=client_credentials", basic("cli_nope", secret), 401, "invalid_client", ""},
+		{"SuspendedTenant", form, "grant_type=client_credentials", basic(cid2, secret2), 403, "tenant_suspended", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			hs := []string{"Content-Type", tc.ctype}
+			var hs []string
+			if tc.ctype != "" {
+				hs = append(hs, "Content-Type", tc.ctype)
+			}
 			if tc.auth != "" {
 				hs = append(hs, "Authorization", tc.auth)
 			}
@@ -426,6 +444,9 @@ func TestTokenEndpointErrors(t *testing.T) {
 				want = "unauthorized_client"
 			}
 			require.Equal(t, want, body["error"])
+			if tc.detail != "" {
+				require.Contains(t, body["detail"], tc.detail)
+			}
 			if tc.status == 401 {
 				require.Contains(t, r.header.Get("WWW-Authenticate"), "Basic")
 			}

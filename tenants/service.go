@@ -536,6 +536,9 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Tenant, error) 
 	c, err := s.signer.parse(raw)
 	if err != nil {
 		s.log.DebugContext(ctx, "token rejected", "reason", err.Error())
+		if errors.Is(err, ErrTokenExpired) {
+			return Tenant{}, ErrTokenExpired
+		}
 		return Tenant{}, ErrInvalidToken
 	}
 	p, ok, epoch := s.cache.get(c.Subject, c.ClientID)

@@ -48,6 +48,12 @@ var (
 	// ErrInvalidToken: the access token does not verify, has expired, or
 	// names a tenant or credential that no longer exists.
 	ErrInvalidToken = errors.New("tenants: invalid access token")
+	// ErrTokenExpired: an access token the gateway signed has expired
+	// (wraps ErrInvalidToken). Told apart because a client that reads it
+	// fetches a new token, while any other refusal is a bug to fix; only a
+	// token whose signature verified is ever called expired, so it tells
+	// an outsider nothing.
+	ErrTokenExpired = fmt.Errorf("%w: expired", ErrInvalidToken)
 	// ErrSuspended: the tenant is suspended.
 	ErrSuspended = errors.New("tenants: tenant suspended")
 )

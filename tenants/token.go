@@ -137,6 +137,9 @@ func (s *signer) parse(raw string) (*accessClaims, error) {
 	}
 	var c accessClaims
 	if _, err := s.parser.ParseWithClaims(raw, &c, s.key); err != nil {
+		if errors.Is(err, jwt.ErrTokenExpired) && !errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			return nil, ErrTokenExpired
+		}
 		return nil, fmt.Errorf("%w: %s", ErrInvalidToken, reason(err))
 	}
 	if !strings.HasPrefix(c.Subject, "ten_") || c.ClientID == "" || c.ID == "" {
