@@ -64,7 +64,11 @@ func TestUnknownRouteIsA404Problem(t *testing.T) {
 	resp, err := a.Fiber().Test(httptest.NewRequest("GET", "/nope", nil), -1)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Equal(t, "not_found", problemOf(t, resp)["code"])
+	p := problemOf(t, resp)
+	require.Equal(t, "not_found", p["code"])
+	// Not Fiber's "Cannot GET /nope": the caller's path is not echoed.
+	require.NotContains(t, p["detail"], "/nope")
+	require.Contains(t, p["detail"], "/swagger")
 }
 
 func TestHealthAndReadiness(t *testing.T) {

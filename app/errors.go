@@ -61,6 +61,15 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			switch {
 			case fe.Code == fiber.StatusRequestEntityTooLarge:
 				detail = "the request body exceeds 1 MiB"
+			case fe.Code == fiber.StatusNotFound && !early:
+				// Fiber's "Cannot GET /path" echoes the caller's path.
+				detail = "no route of the API has this path (the routes are at /swagger)"
+			case fe.Code == fiber.StatusMethodNotAllowed && !early:
+				// The method is one of the known ones (knownMethodsOnly);
+				// Allow is the router's list for the path.
+				if allow := c.GetRespHeader(fiber.HeaderAllow); allow != "" {
+					detail = c.Method() + " is not allowed on this path; it takes " + allow
+				}
 			case fe.Code >= 500:
 				detail = ""
 			case early && fe.Code == fiber.StatusBadRequest:

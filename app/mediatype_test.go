@@ -93,6 +93,7 @@ func TestJSONBodies(t *testing.T) {
 			require.Equal(t, http.StatusMethodNotAllowed, got.StatusCode, "%s: %s", method, got.Body)
 			require.Equal(t, "POST", got.Header.Get("Allow"))
 			require.Equal(t, "method_not_allowed", got.Code(t))
+			require.Equal(t, method+" is not allowed on this path; it takes POST", got.JSON(t)["detail"])
 		}
 	})
 }

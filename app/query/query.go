@@ -45,7 +45,14 @@ func takes(known []string) string {
 	if len(known) == 0 {
 		return "none"
 	}
-	return strings.Join(known, ", ")
+	names := make([]string, len(known))
+	for i, k := range known {
+		if strings.HasSuffix(k, "[") {
+			k += "key]" // as the caller writes it: metadata[key]
+		}
+		names[i] = k
+	}
+	return strings.Join(names, ", ")
 }
 
 func allowed(name string, known []string) bool {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -71,6 +72,19 @@ func TestKnown(t *testing.T) {
 			len(p.Errors) != 1 || p.Errors[0].Field != tc.field {
 			t.Errorf("%q: %d %s, want 400 naming %q", tc.query, resp.StatusCode, body, tc.field)
 		}
+	}
+}
+
+// The refusal lists the parameters as a caller writes them (metadata[key],
+// not the prefix the route matches on).
+func TestKnownNamesWhatTheRouteTakes(t *testing.T) {
+	resp, err := app().Test(httptest.NewRequest("GET", "/?statuss=failed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "metadata[key]") || strings.Contains(string(body), "metadata[,") {
+		t.Errorf("the reason should name metadata[key]: %s", body)
 	}
 }
 
