@@ -251,8 +251,11 @@ func serve() error {
 		return err
 	}
 	if len(cfg.Secrets.Generated) > 0 {
-		log.Warn("development mode: using generated secrets; set them in the environment for production",
-			"generated", cfg.Secrets.Generated, "kept_in", cfg.Secrets.GeneratedFile)
+		msg := "development mode: using the development secrets kept in the data directory (unchanged since they were generated); set them in the environment for production"
+		if cfg.Secrets.GeneratedNow {
+			msg = "development mode: generated new secrets and kept them in the data directory; set them in the environment for production"
+		}
+		log.Warn(msg, "secrets", cfg.Secrets.Generated, "kept_in", cfg.Secrets.GeneratedFile)
 		if contains(cfg.Secrets.Generated, "ADMIN_API_KEY") {
 			// Printed once per start, to the terminal, never to the log.
 			fmt.Fprintf(os.Stdout, "\n  Admin API key (development): %s\n\n", cfg.Secrets.AdminAPIKey.Reveal())

@@ -161,6 +161,10 @@ type Secrets struct {
 	Generated []string
 	// GeneratedFile is where they are kept.
 	GeneratedFile string
+	// GeneratedNow is whether this start made any of them (the file was
+	// new or lacked one): on-call must not read "generated" on every
+	// restart as "the keys changed".
+	GeneratedNow bool
 }
 
 // Auth tunes merchant tokens.
@@ -627,6 +631,7 @@ func (c *Config) fillDevSecrets(masterRaw *string) error {
 		c.Secrets.Generated = append(c.Secrets.Generated, "MASTER_KEY")
 	}
 	c.Secrets.GeneratedFile = path
+	c.Secrets.GeneratedNow = changed
 	return nil
 }
 

@@ -58,6 +58,7 @@ func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
 	first, err := config.LoadFrom(env(map[string]string{"DATA_DIR": dir}))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY"}, first.Secrets.Generated)
+	require.True(t, first.Secrets.GeneratedNow)
 	require.Len(t, first.Secrets.MasterKey, 32)
 	require.GreaterOrEqual(t, len(first.Secrets.JWTSecret), 32)
 
@@ -70,6 +71,7 @@ func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
 	require.Equal(t, first.Secrets.AdminAPIKey, second.Secrets.AdminAPIKey)
 	require.Equal(t, first.Secrets.JWTSecret, second.Secrets.JWTSecret)
 	require.Equal(t, first.Secrets.MasterKey, second.Secrets.MasterKey)
+	require.False(t, second.Secrets.GeneratedNow, "a restart reuses the kept secrets and makes none")
 
 	// A secret given in the environment wins and is not reported as generated.
 	third, err := config.LoadFrom(env(map[string]string{"DATA_DIR": dir, "ADMIN_API_KEY": "given-admin-key-123"}))

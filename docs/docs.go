@@ -1364,19 +1364,19 @@ const docTemplate = `{
                     "400": {
                         "description": "invalid_request, unsupported_grant_type",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/TokenProblem"
                         }
                     },
                     "401": {
                         "description": "invalid_client",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/TokenProblem"
                         }
                     },
                     "403": {
-                        "description": "tenant_suspended",
+                        "description": "tenant_suspended (error: unauthorized_client)",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/TokenProblem"
                         }
                     },
                     "413": {
@@ -2438,7 +2438,7 @@ const docTemplate = `{
                     "503": {
                         "description": "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/RefundUnavailableProblem"
                         },
                         "headers": {
                             "Retry-After": {
@@ -4995,6 +4995,51 @@ const docTemplate = `{
                 "RefundRequiresReview"
             ]
         },
+        "RefundUnavailableProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "refund_id": {
+                    "type": "string",
+                    "example": "re_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
+                }
+            }
+        },
         "ResolveRequest": {
             "type": "object",
             "required": [
@@ -5177,6 +5222,59 @@ const docTemplate = `{
                 "token_type": {
                     "type": "string",
                     "example": "Bearer"
+                }
+            }
+        },
+        "TokenProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "error",
+                "status",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "error": {
+                    "description": "RFC 6749 §5.2: invalid_request, invalid_client, unsupported_grant_type or unauthorized_client.",
+                    "type": "string",
+                    "enum": [
+                        "invalid_request",
+                        "invalid_client",
+                        "unsupported_grant_type",
+                        "unauthorized_client"
+                    ],
+                    "example": "invalid_client"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
                 }
             }
         },

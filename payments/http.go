@@ -127,6 +127,15 @@ type UnavailableProblem struct {
 	PaymentID string `json:"payment_id" example:"pay_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"`
 } // @name ProviderUnavailableProblem
 
+// RefundUnavailableProblem documents the 503 body of a refund: nothing was
+// refunded; refund_id, when the refund was recorded before the provider
+// was asked, is the refund the key keeps, which a retry with the same key
+// reuses (an unreachable database has none).
+type RefundUnavailableProblem struct {
+	problem.Problem
+	RefundID string `json:"refund_id,omitempty" example:"re_0193e4a27b4c7d2e9f1a2b3c4d5e6f70"`
+} // @name RefundUnavailableProblem
+
 // RefundRefusedProblem documents the 400 body of a refund refused before
 // anything was sent: with refund_exceeds_remaining, amount_refundable is
 // what is left of the payment (minor units).
@@ -379,7 +388,7 @@ func decodeCursor(s string) (Cursor, error) {
 // @Failure      422 {object} problem.Problem "idempotency_key_mismatch, amount_not_supported (the provider cannot take the amount in the payment's currency; detail names the rule): nothing refunded; amount_not_supported released the key"
 // @Failure      429 {object} problem.Problem "rate_limited (Retry-After)"
 // @Failure      500 {object} problem.Problem "internal (quote request_id)"
-// @Failure      503 {object} problem.Problem "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After"
+// @Failure      503 {object} RefundUnavailableProblem "provider_unavailable, unavailable: nothing was refunded; retry with the same key after Retry-After"
 // @Header       201,202 {string} Location "/v1/refunds/{id}"
 // @Header       201 {string} Idempotent-Replayed "true when this is the stored answer of an earlier request with this key"
 // @Header       202,409,429,503 {integer} Retry-After "seconds to wait before retrying with the same key"

@@ -278,6 +278,30 @@ func (e TenantStatus) Valid() bool {
 	}
 }
 
+// Defines values for TokenProblemError.
+const (
+	InvalidClient        TokenProblemError = "invalid_client"
+	InvalidRequest       TokenProblemError = "invalid_request"
+	UnauthorizedClient   TokenProblemError = "unauthorized_client"
+	UnsupportedGrantType TokenProblemError = "unsupported_grant_type"
+)
+
+// Valid indicates whether the value is a known member of the TokenProblemError enum.
+func (e TokenProblemError) Valid() bool {
+	switch e {
+	case InvalidClient:
+		return true
+	case InvalidRequest:
+		return true
+	case UnauthorizedClient:
+		return true
+	case UnsupportedGrantType:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UpdateTenantRequestStatus.
 const (
 	UpdateTenantRequestStatusActive    UpdateTenantRequestStatus = "active"
@@ -1384,6 +1408,31 @@ type RefundRefusedProblem struct {
 // RefundStatus defines model for RefundStatus.
 type RefundStatus string
 
+// RefundUnavailableProblem defines model for RefundUnavailableProblem.
+type RefundUnavailableProblem struct {
+	// Code Example: invalid_request
+	Code string `json:"code"`
+
+	// Detail Example: the request body is invalid
+	Detail *string       `json:"detail,omitempty"`
+	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// RefundId Example: re_0193e4a27b4c7d2e9f1a2b3c4d5e6f70
+	RefundId *string `json:"refund_id,omitempty"`
+
+	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
+	RequestId *string `json:"request_id,omitempty"`
+
+	// Status Example: 400
+	Status int `json:"status"`
+
+	// Title Example: Bad Request
+	Title string `json:"title"`
+
+	// Type Example: urn:oncepay:error:invalid_request
+	Type string `json:"type"`
+}
+
 // ResolveRequest defines model for ResolveRequest.
 type ResolveRequest struct {
 	// Note Example: checked at the provider's dashboard: no such charge
@@ -1471,6 +1520,38 @@ type Token struct {
 	// TokenType Example: Bearer
 	TokenType string `json:"token_type"`
 }
+
+// TokenProblem defines model for TokenProblem.
+type TokenProblem struct {
+	// Code Example: invalid_request
+	Code string `json:"code"`
+
+	// Detail Example: the request body is invalid
+	Detail *string `json:"detail,omitempty"`
+
+	// Error RFC 6749 §5.2: invalid_request, invalid_client, unsupported_grant_type or unauthorized_client.
+	//
+	// Example: invalid_client
+	Error  TokenProblemError `json:"error"`
+	Errors *[]FieldError     `json:"errors,omitempty"`
+
+	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
+	RequestId *string `json:"request_id,omitempty"`
+
+	// Status Example: 400
+	Status int `json:"status"`
+
+	// Title Example: Bad Request
+	Title string `json:"title"`
+
+	// Type Example: urn:oncepay:error:invalid_request
+	Type string `json:"type"`
+}
+
+// TokenProblemError RFC 6749 §5.2: invalid_request, invalid_client, unsupported_grant_type or unauthorized_client.
+//
+// Example: invalid_client
+type TokenProblemError string
 
 // UpdateTenantRequest defines model for UpdateTenantRequest.
 type UpdateTenantRequest struct {
@@ -7781,11 +7862,11 @@ type IssueTokenResponse struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Token
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *TokenProblem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
-	ApplicationproblemJSON401 *Problem
+	ApplicationproblemJSON401 *TokenProblem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
-	ApplicationproblemJSON403 *Problem
+	ApplicationproblemJSON403 *TokenProblem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -7818,17 +7899,17 @@ func (r IssueTokenResponse) GetJSON200() *Token {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r IssueTokenResponse) GetApplicationproblemJSON400() *Problem {
+func (r IssueTokenResponse) GetApplicationproblemJSON400() *TokenProblem {
 	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
-func (r IssueTokenResponse) GetApplicationproblemJSON401() *Problem {
+func (r IssueTokenResponse) GetApplicationproblemJSON401() *TokenProblem {
 	return r.ApplicationproblemJSON401
 }
 
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
-func (r IssueTokenResponse) GetApplicationproblemJSON403() *Problem {
+func (r IssueTokenResponse) GetApplicationproblemJSON403() *TokenProblem {
 	return r.ApplicationproblemJSON403
 }
 
@@ -9252,7 +9333,7 @@ type CreateRefundResponse struct {
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
+	ApplicationproblemJSON503 *RefundUnavailableProblem
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateRefundResponse201Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
@@ -9342,7 +9423,7 @@ func (r CreateRefundResponse) GetApplicationproblemJSON500() *Problem {
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r CreateRefundResponse) GetApplicationproblemJSON503() *Problem {
+func (r CreateRefundResponse) GetApplicationproblemJSON503() *RefundUnavailableProblem {
 	return r.ApplicationproblemJSON503
 }
 
@@ -13652,21 +13733,21 @@ func ParseIssueTokenResponse(rsp *http.Response) (*IssueTokenResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest TokenProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Problem
+		var dest TokenProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest Problem
+		var dest TokenProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -15386,7 +15467,7 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
+		var dest RefundUnavailableProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
