@@ -4048,13 +4048,17 @@ const docTemplate = `{
             ],
             "properties": {
                 "amount": {
-                    "description": "Amount in minor units of the currency (kobo, cents): a positive integer.",
+                    "description": "Amount in minor units of the currency (kobo, cents): a positive integer, at most 10^12.",
                     "type": "integer",
+                    "maximum": 1000000000000,
+                    "minimum": 1,
                     "example": 5000
                 },
                 "currency": {
-                    "description": "Currency is an ISO 4217 code.",
+                    "description": "Currency is an ISO 4217 code, in any case (stored and answered in upper case).",
                     "type": "string",
+                    "maxLength": 3,
+                    "minLength": 3,
                     "example": "NGN"
                 },
                 "description": {
@@ -4078,7 +4082,7 @@ const docTemplate = `{
                     }
                 },
                 "payment_method": {
-                    "description": "PaymentMethod is the provider's token for a saved card or account\n(simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).",
+                    "description": "PaymentMethod is the provider's token for a saved card or account\n(simulator: sim_success, sim_decline, sim_insufficient, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).",
                     "type": "string",
                     "example": "sim_success"
                 },
@@ -4095,6 +4099,7 @@ const docTemplate = `{
                 "amount": {
                     "description": "Amount in minor units; absent: all that is left of the payment.",
                     "type": "integer",
+                    "minimum": 1,
                     "example": 3000
                 },
                 "metadata": {
@@ -4108,7 +4113,7 @@ const docTemplate = `{
                     }
                 },
                 "reason": {
-                    "description": "Reason: requested_by_customer, duplicate, fraudulent, or free text of\nat most 200 characters.",
+                    "description": "Reason: requested_by_customer, duplicate, fraudulent, or free text of\nat most 200 characters (simulator: sim_timeout, sim_pending, sim_decline or sim_unavailable picks the refund's outcome).",
                     "type": "string",
                     "example": "requested_by_customer"
                 }

@@ -128,9 +128,9 @@ func refundLocation(id string) string { return "/v1/refunds/" + id }
 // CreateRefundRequest is the body of POST /v1/payments/{id}/refunds.
 type CreateRefundRequest struct {
 	// Amount in minor units; absent: all that is left of the payment.
-	Amount json.RawMessage `json:"amount,omitempty" swaggertype:"integer" example:"3000"`
+	Amount json.RawMessage `json:"amount,omitempty" swaggertype:"integer" minimum:"1" example:"3000"`
 	// Reason: requested_by_customer, duplicate, fraudulent, or free text of
-	// at most 200 characters.
+	// at most 200 characters (simulator: sim_timeout, sim_pending, sim_decline or sim_unavailable picks the refund's outcome).
 	Reason string `json:"reason,omitempty" example:"requested_by_customer"`
 	// Metadata: up to 50 string keys (≤ 40 chars) with string values (≤ 500 chars, not null), all printable text (no control characters).
 	Metadata map[string]*string `json:"metadata,omitempty" swaggertype:"object,string" example:"order_id:1001"`

@@ -16,14 +16,14 @@ import (
 
 // CreateRequest is the body of POST /v1/payments.
 type CreateRequest struct {
-	// Amount in minor units of the currency (kobo, cents): a positive integer.
-	Amount json.RawMessage `json:"amount" swaggertype:"integer" example:"5000"`
-	// Currency is an ISO 4217 code.
-	Currency string `json:"currency" example:"NGN"`
+	// Amount in minor units of the currency (kobo, cents): a positive integer, at most 10^12.
+	Amount json.RawMessage `json:"amount" swaggertype:"integer" minimum:"1" maximum:"1000000000000" example:"5000"`
+	// Currency is an ISO 4217 code, in any case (stored and answered in upper case).
+	Currency string `json:"currency" minLength:"3" maxLength:"3" example:"NGN"`
 	// Email of the customer.
 	Email string `json:"email" example:"ada@example.com"`
 	// PaymentMethod is the provider's token for a saved card or account
-	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
+	// (simulator: sim_success, sim_decline, sim_insufficient, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
 	PaymentMethod string `json:"payment_method" example:"sim_success"`
 	// Provider overrides the merchant's default provider.
 	Provider string `json:"provider,omitempty" example:"simulator"`

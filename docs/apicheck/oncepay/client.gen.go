@@ -855,12 +855,12 @@ type AuditEventPage struct {
 
 // CreatePaymentRequest defines model for CreatePaymentRequest.
 type CreatePaymentRequest struct {
-	// Amount Amount in minor units of the currency (kobo, cents): a positive integer.
+	// Amount Amount in minor units of the currency (kobo, cents): a positive integer, at most 10^12.
 	//
 	// Example: 5000
 	Amount int `json:"amount"`
 
-	// Currency Currency is an ISO 4217 code.
+	// Currency Currency is an ISO 4217 code, in any case (stored and answered in upper case).
 	//
 	// Example: NGN
 	Currency string `json:"currency"`
@@ -881,7 +881,7 @@ type CreatePaymentRequest struct {
 	Metadata *map[string]string `json:"metadata,omitempty"`
 
 	// PaymentMethod PaymentMethod is the provider's token for a saved card or account
-	// (simulator: sim_success, sim_decline, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
+	// (simulator: sim_success, sim_decline, sim_insufficient, sim_timeout, sim_unavailable, sim_pending, sim_late, sim_stuck).
 	//
 	// Example: sim_success
 	PaymentMethod string `json:"payment_method"`
@@ -905,7 +905,7 @@ type CreateRefundRequest struct {
 	Metadata *map[string]string `json:"metadata,omitempty"`
 
 	// Reason Reason: requested_by_customer, duplicate, fraudulent, or free text of
-	// at most 200 characters.
+	// at most 200 characters (simulator: sim_timeout, sim_pending, sim_decline or sim_unavailable picks the refund's outcome).
 	//
 	// Example: requested_by_customer
 	Reason *string `json:"reason,omitempty"`
