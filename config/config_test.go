@@ -83,6 +83,17 @@ func TestDevelopmentSecretsAreGeneratedOnceAndReused(t *testing.T) {
 // prodDB is a production DATABASE_URL: production refuses the embedded store.
 const prodDB = "postgres://gateway@db.internal:5432/gateway"
 
+// production is a production environment that starts, plus extra (each
+// call a map of its own to change).
+func production(extra ...string) map[string]string {
+	m := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i]] = extra[i+1]
+	}
+	return m
+}
+
 func TestProductionRefusesMissingSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := config.LoadFrom(env(map[string]string{"GATEWAY_ENV": "production", "DATA_DIR": t.TempDir()}))
@@ -90,10 +101,7 @@ func TestProductionRefusesMissingSecrets(t *testing.T) {
 	for _, name := range []string{"ADMIN_API_KEY", "JWT_SECRET", "MASTER_KEY", "DATABASE_URL"} {
 		require.Contains(t, err.Error(), name)
 	}
-	c, err := config.LoadFrom(env(map[string]string{
-		"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB,
-	}))
+	c, err := config.LoadFrom(env(production()))
 	require.NoError(t, err)
 	require.Empty(t, c.Secrets.Generated)
 	require.Equal(t, "json", c.Log.Format)
@@ -102,10 +110,7 @@ func TestProductionRefusesMissingSecrets(t *testing.T) {
 
 func TestTheSimulatorIsOnOnlyWhereWanted(t *testing.T) {
 	t.Parallel()
-	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
-	staging := maps.Clone(prod)
-	staging["SIMULATOR_ENABLED"] = "true"
+	prod, staging := production(), production("SIMULATOR_ENABLED", "true")
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -128,10 +133,7 @@ func TestTheSimulatorIsOnOnlyWhereWanted(t *testing.T) {
 // development; in production only on a METRICS_ADDR of its own.
 func TestMetricsAreOnTheAPIPortOnlyInDevelopment(t *testing.T) {
 	t.Parallel()
-	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
-	ownAddr := maps.Clone(prod)
-	ownAddr["METRICS_ADDR"] = "127.0.0.1:9090"
+	prod, ownAddr := production(), production("METRICS_ADDR", "127.0.0.1:9090")
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -354,8 +356,7 @@ func TestClockSkewShiftsADevelopmentInstance(t *testing.T) {
 // every request), but to this machine (a local proxy, a fake).
 func TestProductionProviderURLsAreHTTPS(t *testing.T) {
 	t.Parallel()
-	prod := map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
-		"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": prodDB}
+	prod := production()
 	for url, ok := range map[string]bool{
 		"https://api.paystack.co": true, "http://127.0.0.1:9999": true, "http://localhost:9999": true,
 		"http://api.paystack.co": false, "http://10.0.0.5": false,
