@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +18,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncepay/gateway/app"
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
+	"github.com/oncepay/gateway/config"
 	"github.com/oncepay/gateway/events"
 )
 
@@ -172,6 +178,47 @@ func TestRotateMasterKey(t *testing.T) {
 			require.EqualValues(t, 1, first["after"].(map[string]any)["provider_accounts"])
 			require.EqualValues(t, 1, first["after"].(map[string]any)["webhook_endpoints"])
 			require.NotContains(t, string(r.Body), "sk_test_rotation")
+		})
+	}
+}
+
+// A reseal that fails part way has already committed its first steps: the
+// operator's run is in the audit log all the same, saying how far it got.
+func TestAnInterruptedResealIsAudited(t *testing.T) {
+	t.Parallel()
+	for _, engine := range []string{"postgres", "sqlite"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			dbURL := ""
+			if engine == "postgres" {
+				dbURL = dbtest.PostgresURL(t)
+			}
+			env := apptest.BaseEnv(dbURL, t.TempDir())
+			env["MASTER_KEY"] = strings.Repeat("b7", 32)
+			env["MASTER_KEY_PREVIOUS"] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+			cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			require.NoError(t, err)
+			db, err := database.Open(cfg.DatabaseURL(), database.Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { database.Close(db) })
+			_, err = database.Migrate(db)
+			require.NoError(t, err)
+			// The second step cannot run: its table is gone.
+			require.NoError(t, db.Exec("DROP TABLE webhook_endpoints").Error)
+
+			_, err = app.Reseal(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			require.Error(t, err)
+			var rows []struct {
+				Action string
+				After  string
+			}
+			require.NoError(t, db.Raw("SELECT action, CAST(after AS TEXT) AS after FROM audit_events").Scan(&rows).Error)
+			require.Len(t, rows, 1, "the failed run is audited")
+			require.Equal(t, "master_key.resealed", rows[0].Action)
+			var after map[string]any
+			require.NoError(t, json.Unmarshal([]byte(rows[0].After), &after))
+			require.Equal(t, false, after["completed"])
+			require.Equal(t, "webhook_endpoints", after["failed_step"])
 		})
 	}
 }
