@@ -156,7 +156,7 @@ func accessLog(log *slog.Logger) fiber.Handler {
 		}
 		// An operator's request names its caller: the audit event of a
 		// change keeps the request's id, and this line where it came from.
-		if strings.HasPrefix(c.Path(), "/admin/") {
+		if adminPath(c.Path()) {
 			attrs = append(attrs, slog.String("remote", c.IP()))
 		}
 		// What an on-call engineer is handed (a merchant's key, a payment
