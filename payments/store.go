@@ -457,6 +457,19 @@ func (s *Store) lookLater(ctx context.Context, merchantID, id string, status Sta
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
 
+// LookAgainBy makes sure a final payment of status (at its attempts) is
+// looked up by the sweeper within after: its recheck is set to the
+// database's time + after unless one is due sooner. For news a webhook
+// brought that the gateway could not look at then (webhookLookupRefused).
+func (s *Store) LookAgainBy(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) error {
+	db := s.exec(ctx, nil)
+	at := dbclock.Plus(db, after)
+	return interpret("look again", db.Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND (recheck_at IS NULL OR recheck_at > ?)",
+			merchantID, id, status, attempts, at).
+		Update("recheck_at", at).Error)
+}
+
 // MarkReview flags a payment still processing for a human; ok is false
 // when it was not processing any more.
 func (s *Store) MarkReview(ctx context.Context, tx *gorm.DB, merchantID, id string, at time.Time) (ok bool, err error) {

@@ -90,11 +90,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 	}
 	if looksUp(ev, &p) {
 		if ok, wait := s.hookLookups.Allow(hookLookupKey(ev, &p)); !ok {
-			s.outsiders.WarnContext(ctx, "webhook for a payment looked up moments ago refused; the provider sends it again",
-				"merchant_id", tenantID, "provider", provider, "payment_id", p.ID, "event", ev.Type)
-			return WebhookResult{}, problem.New(fiber.StatusServiceUnavailable, "rate_limited",
-				"this payment was looked up with the provider moments ago; retry later").
-				WithRetryAfter(ratelimit.RetryAfterSeconds(wait))
+			return WebhookResult{}, s.webhookLookupRefused(ctx, ev, &p, provider, wait)
 		}
 	}
 	if ev.Refund {
@@ -197,10 +193,10 @@ func badSignature() *problem.Problem {
 // outside 2xx with backoff for three days: by then the bucket has refilled.
 // If the copies go on meanwhile, they themselves have the payment looked
 // up every hookLookupEvery, so no news waits longer than that. Flutterwave's
-// resends are not documented (shared/providers.md 2.6): without them a
-// refused event is lost to the webhook route — only ever one that came
-// right after others about the same payment, and what is still processing
-// the sweeper settles regardless. 503 rather than 429: the status any
+// resends are not documented (shared/providers.md 2.6), so a refusal never
+// rests on them: what is still processing the sweeper settles regardless,
+// and a final payment whose charge may yet turn up is given a recheck
+// within hookLookupEvery (webhookLookupRefused). 503 rather than 429: the status any
 // sender takes as transient, and the one this route already answers when
 // the provider cannot be asked.
 //
@@ -213,6 +209,26 @@ const (
 
 func newHookLookups() *ratelimit.Limiter {
 	return ratelimit.New(ratelimit.Config{Rate: 1 / hookLookupEvery.Seconds(), Burst: hookLookupBurst})
+}
+
+// webhookLookupRefused answers an event past its payment's lookup bound
+// (503, for the provider to send it again) and, for a final payment whose
+// charge may yet turn up, has the sweeper look it up once the bound has
+// refilled: a provider that does not resend (Flutterwave's resends are not
+// documented) would otherwise leave a late charge unseen for good, once the
+// payment's own recheck has ended. A payment still open the sweeper settles
+// anyway; a refund's event, its refund's own recheck.
+func (s *Service) webhookLookupRefused(ctx context.Context, ev providers.Event, p *Payment, provider string, wait time.Duration) error {
+	s.outsiders.WarnContext(ctx, "webhook for a payment looked up moments ago refused; the provider sends it again",
+		"merchant_id", p.MerchantID, "provider", provider, "payment_id", p.ID, "event", ev.Type)
+	if !ev.Refund && final(p.Status) {
+		if err := s.store.LookAgainBy(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, hookLookupEvery); err != nil {
+			return err // 503 unavailable: the provider sends it again
+		}
+	}
+	return problem.New(fiber.StatusServiceUnavailable, "rate_limited",
+		"this payment was looked up with the provider moments ago; retry later").
+		WithRetryAfter(ratelimit.RetryAfterSeconds(wait))
 }
 
 // looksUp reports whether the provider is asked about a verified event

@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncepay/gateway/app/apptest"
+	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/payments"
 	"github.com/oncepay/gateway/providers"
+	"github.com/oncepay/gateway/providers/paystack/paystacktest"
 )
 
 // lookupCounter sits between the gateway and a provider's fake and counts
@@ -159,4 +161,41 @@ func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
 		require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, r.g, r.m.ID, "swept").Status)
 		require.NotContains(t, r.g.Logs.String(), `"level":"ERROR"`)
 	})
+}
+
+// The bound never loses a late charge. A payment released as never
+// charged whose recheck has ended hears of its charge only from the
+// provider's event; if copies have just spent the bound, that event is
+// refused, and a provider that does not send it again (Flutterwave's
+// resends are not documented) would leave the charge unseen for good. So
+// a refusal has the sweeper look the payment up once the bound refills.
+func TestARefusedEventStillReopensALateCharge(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "late-bound", body(paystacktest.TokenSuccess)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+	require.Equal(t, 1, sweep(t, g).Confirmed, "its recheck found nothing: only an event can tell now")
+	require.Nil(t, ledgerByKey(t, g, m.ID, "late-bound").RecheckAt)
+
+	ref := providers.Reference(m.ID, "late-bound")
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	hook := "/v1/webhooks/paystack/" + m.ID
+	for range 5 { // copies, while the charge is still not there: they spend the bound
+		require.Equal(t, http.StatusOK, g.Do("POST", hook, raw, headerPairs(h)...).StatusCode)
+	}
+	ps.Land(ref)
+	res := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "the provider's own event, past the bound: %s", res.Body)
+	require.Equal(t, payments.FailureNotProcessed, ledgerByKey(t, g, m.ID, "late-bound").FailureCode)
+	require.NotNil(t, ledgerByKey(t, g, m.ID, "late-bound").RecheckAt, "the sweeper is to look")
+
+	// It is never sent again; the sweeper finds the charge.
+	dbtest.Age(t, g.App.DB(), time.Minute, "payments", "recheck_at")
+	require.Equal(t, 1, sweep(t, g).Reopened)
+	require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "late-bound").Status)
+	require.Equal(t, 1, ps.Charges(ref))
 }
