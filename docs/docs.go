@@ -816,7 +816,7 @@ const docTemplate = `{
                     "409": {
                         "description": "tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)",
                         "schema": {
-                            "$ref": "#/definitions/Problem"
+                            "$ref": "#/definitions/TenantAlreadyCreatedProblem"
                         },
                         "headers": {
                             "Location": {
@@ -5180,6 +5180,52 @@ const docTemplate = `{
                     "type": "string",
                     "format": "date-time",
                     "example": "2025-01-02T15:04:05Z"
+                }
+            }
+        },
+        "TenantAlreadyCreatedProblem": {
+            "type": "object",
+            "required": [
+                "code",
+                "status",
+                "tenant_id",
+                "title",
+                "type"
+            ],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "example": "invalid_request"
+                },
+                "detail": {
+                    "type": "string",
+                    "example": "the request body is invalid"
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "$ref": "#/definitions/FieldError"
+                    }
+                },
+                "request_id": {
+                    "type": "string",
+                    "example": "3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a"
+                },
+                "status": {
+                    "type": "integer",
+                    "example": 400
+                },
+                "tenant_id": {
+                    "type": "string",
+                    "example": "ten_5f2b9c0e4d1a7b3c8e6f0a12"
+                },
+                "title": {
+                    "type": "string",
+                    "example": "Bad Request"
+                },
+                "type": {
+                    "type": "string",
+                    "example": "urn:oncepay:error:invalid_request"
                 }
             }
         },

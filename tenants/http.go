@@ -193,6 +193,13 @@ type TokenResponse struct {
 	ExpiresIn   int    `json:"expires_in" example:"900"`
 } // @name Token
 
+// TenantAlreadyCreatedProblem documents the 409 of a create under an
+// Idempotency-Key that made a tenant already: which one.
+type TenantAlreadyCreatedProblem struct {
+	problem.Problem
+	TenantID string `json:"tenant_id" example:"ten_5f2b9c0e4d1a7b3c8e6f0a12"`
+} // @name TenantAlreadyCreatedProblem
+
 // TokenProblem documents a refused token request: a problem whose error
 // member is RFC 6749 §5.2's code, for OAuth client libraries.
 type TokenProblem struct {
@@ -236,7 +243,7 @@ func tenantResponse(t Tenant) TenantResponse {
 //	@Failure		400		{object}	problem.Problem	"invalid_request, idempotency_key_invalid"
 //	@Failure		415		{object}	problem.Problem	"unsupported_content_encoding: request bodies must not be compressed; unsupported_media_type: a body labelled as something other than JSON"
 //	@Failure		401		{object}	problem.Problem	"unauthorized"
-//	@Failure		409		{object}	problem.Problem	"tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)"
+//	@Failure		409		{object}	TenantAlreadyCreatedProblem	"tenant_already_created: the Idempotency-Key created a tenant already (its id in tenant_id and Location; its client secret is not shown again: rotate its credentials)"
 //	@Header			409		{string}	Location	"/admin/v1/tenants/{id}"
 //	@Failure		413		{object}	problem.Problem	"body_too_large (over 1 MiB; nothing stored)"
 //	@Failure		500		{object}	problem.Problem	"internal (quote request_id)"

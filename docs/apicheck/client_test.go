@@ -66,6 +66,7 @@ func TestGeneratedClientMerchantFlow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, again.StatusCode(), "%s", again.Body)
 	require.Equal(t, "tenant_already_created", again.ApplicationproblemJSON409.Code)
+	require.Equal(t, tenant.Id, again.ApplicationproblemJSON409.TenantId)
 	require.Equal(t, "/admin/v1/tenants/"+tenant.Id, again.HTTPResponse.Header.Get("Location"))
 	require.NotContains(t, string(again.Body), tenant.ClientSecret)
 

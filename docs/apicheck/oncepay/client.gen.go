@@ -1493,6 +1493,31 @@ type Tenant struct {
 // TenantStatus Example: active
 type TenantStatus string
 
+// TenantAlreadyCreatedProblem defines model for TenantAlreadyCreatedProblem.
+type TenantAlreadyCreatedProblem struct {
+	// Code Example: invalid_request
+	Code string `json:"code"`
+
+	// Detail Example: the request body is invalid
+	Detail *string       `json:"detail,omitempty"`
+	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// RequestId Example: 3f1c9a8e-7c1e-4f0e-9a51-2b0c6f1e4d2a
+	RequestId *string `json:"request_id,omitempty"`
+
+	// Status Example: 400
+	Status int `json:"status"`
+
+	// TenantId Example: ten_5f2b9c0e4d1a7b3c8e6f0a12
+	TenantId string `json:"tenant_id"`
+
+	// Title Example: Bad Request
+	Title string `json:"title"`
+
+	// Type Example: urn:oncepay:error:invalid_request
+	Type string `json:"type"`
+}
+
 // TenantPage defines model for TenantPage.
 type TenantPage struct {
 	Data []Tenant `json:"data"`
@@ -6937,7 +6962,7 @@ type CreateTenantResponse struct {
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *TenantAlreadyCreatedProblem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -6980,7 +7005,7 @@ func (r CreateTenantResponse) GetApplicationproblemJSON401() *Problem {
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateTenantResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateTenantResponse) GetApplicationproblemJSON409() *TenantAlreadyCreatedProblem {
 	return r.ApplicationproblemJSON409
 }
 
@@ -12780,7 +12805,7 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		response.ApplicationproblemJSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest TenantAlreadyCreatedProblem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
