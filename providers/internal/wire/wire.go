@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -200,14 +201,26 @@ func StatusClass(status int) error {
 
 // Message trims a provider's human message before it goes into an error:
 // short, one line, so that a provider echoing request data cannot fill our
-// logs with it.
+// logs with it. What providers echo back of a request — the customer's
+// email (Stripe's "Invalid email address: …"), a payment method or a key
+// ("No such PaymentMethod: 'pm_…'") — is masked: personal data and
+// credentials have no place in the gateway's logs.
 func Message(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
+	s = echoedEmail.ReplaceAllString(s, "[email]")
+	s = echoedToken.ReplaceAllString(s, "[token]")
 	if len(s) > 120 {
 		s = s[:120] + "..."
 	}
 	return s
 }
+
+var (
+	echoedEmail = regexp.MustCompile(`[^\s@'"<>()\[\],;:]+@[^\s@'"<>()\[\],;:]+`)
+	// Stripe's object and key prefixes, Paystack's authorization codes and
+	// keys, Flutterwave's keys and tokens.
+	echoedToken = regexp.MustCompile(`\b(?:pm|tok|card|src|seti|sk|rk|pk|whsec|AUTH|FLWSECK|FLWPUBK|flw-t1nf)[_-][A-Za-z0-9_-]{3,}`)
+)
 
 // declineCodes maps words of a provider's decline text (lower case) to our
 // stable failure codes; the first match wins, so specific phrases come first.

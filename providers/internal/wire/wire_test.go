@@ -95,3 +95,25 @@ func TestRefusalCode(t *testing.T) {
 	require.NotEmpty(t, r.FailureMessage)
 	require.NotEmpty(t, RefundFailed("", "whatever").FailureMessage)
 }
+
+// What a provider echoes back of our request is masked before it reaches
+// an error (and the logs): the customer's email, payment methods, keys.
+func TestMessageMasksWhatProvidersEcho(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Invalid email address: ada.lovelace@example", "Invalid email address: [email]"},
+		{"No such PaymentMethod: 'pm_1PqRsTuVwXyZ'", "No such PaymentMethod: '[token]'"},
+		{"Invalid API Key provided: sk_test_4eC39HqLyjWDarjtT1zdp7dc", "Invalid API Key provided: [token]"},
+		{"Authorization code AUTH_72btv547 is invalid", "Authorization code [token] is invalid"},
+		{"Invalid secret key FLWSECK_TEST-abcdef123-X", "Invalid secret key [token]"},
+		{"Customer <ada@example.com> not found", "Customer <[email]> not found"},
+		// Plain text stays as it was.
+		{"Your card was declined.", "Your card was declined."},
+		{"Duplicate Transaction Reference", "Duplicate Transaction Reference"},
+		{"Transaction reference not found", "Transaction reference not found"},
+		{"sk is not a token, nor is pm_ alone", "sk is not a token, nor is pm_ alone"},
+	} {
+		if got := Message(tc.in); got != tc.want {
+			t.Errorf("Message(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
