@@ -563,6 +563,13 @@ func deliveryError(err error, production bool) string {
 		return "the endpoint resolves to no address deliveries may reach"
 	}
 	msg := err.Error()
+	// net/http's error quotes the whole URL, and a merchant may have put a
+	// token in its query ("?token=…"): the deliveries log and the queue's
+	// own record of the job keep the method and the cause, not the URL.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Op + ": " + ue.Err.Error()
+	}
 	if len(msg) > 200 {
 		msg = msg[:200]
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -144,6 +145,13 @@ func TestDeliveryErrorNamesTheKind(t *testing.T) {
 	require.Contains(t, deliveryError(dns, false), "no such host", "development says what went wrong")
 	long := deliveryError(errors.New(strings.Repeat("x", 500)), false)
 	require.Len(t, long, 200, "bounded")
+	// A token in the endpoint's query is not copied into the deliveries
+	// log or the queue's record of the job.
+	refused := &url.Error{Op: "Post", URL: "http://127.0.0.1:9/hook?token=MERCHANTURLTOKEN",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}
+	got := deliveryError(refused, false)
+	require.NotContains(t, got, "MERCHANTURLTOKEN")
+	require.Contains(t, got, "connection refused")
 }
 
 type timeoutErr struct{}
