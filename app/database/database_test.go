@@ -31,6 +31,28 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	})
 }
 
+// A database another build migrated — its version 20 is another
+// migration than this build's — is refused with both names, before
+// anything is applied: applying by number alone would skip this build's
+// migration and take the other's table for it.
+func TestMigrateRefusesAnotherBuildsHistory(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		last := database.Version()
+		var name string
+		require.NoError(t, db.Raw("SELECT name FROM schema_migrations WHERE version = ?", last).Scan(&name).Error)
+		require.NoError(t, db.Exec("UPDATE schema_migrations SET name = 'someone_elses' WHERE version = ?", last).Error)
+		_, err := database.Migrate(db)
+		require.ErrorContains(t, err, fmt.Sprintf("version %d of this database is \"someone_elses\"", last))
+		// A version this build does not know yet (a newer build's) is no
+		// conflict: an older instance during a rolling deploy.
+		require.NoError(t, db.Exec("UPDATE schema_migrations SET name = ? WHERE version = ?", name, last).Error)
+		require.NoError(t, db.Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'newer', ?)", last+1, time.Now().UTC()).Error)
+		_, err = database.Migrate(db)
+		require.NoError(t, err)
+	})
+}
+
 // Advise names the statistics settings that are off, and nothing else.
 func TestAdviseNamesStatisticsSettingsThatAreOff(t *testing.T) {
 	t.Parallel()

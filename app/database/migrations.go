@@ -573,10 +573,42 @@ func render(d Dialect, sql string) string {
 // are recorded in schema_migrations and skipped. On PostgreSQL an advisory
 // lock serialises instances that start together.
 func Migrate(db *gorm.DB) (applied int, err error) {
+	if err := sameHistory(db, migrations); err != nil {
+		return 0, err
+	}
 	if upToDate(db) {
 		return 0, nil
 	}
 	return apply(db, migrations)
+}
+
+// sameHistory refuses a database whose applied versions this build names
+// otherwise: one migrated by another build (a branch whose migration took
+// the same number). Versions are applied by number alone, so without this
+// the build would take the other's table for its own and skip its own —
+// or stop half way on a "table already exists".
+func sameHistory(db *gorm.DB, ms []migration) error {
+	if !db.Migrator().HasTable("schema_migrations") {
+		return nil
+	}
+	var done []struct {
+		Version int
+		Name    string
+	}
+	if err := db.Raw("SELECT version, name FROM schema_migrations").Scan(&done).Error; err != nil {
+		return fmt.Errorf("database: migrate: %w", err)
+	}
+	names := make(map[int]string, len(ms))
+	for _, m := range ms {
+		names[m.Version] = m.Name
+	}
+	for _, d := range done {
+		if want, ok := names[d.Version]; ok && want != d.Name {
+			return fmt.Errorf("database: migrate: version %d of this database is %q, of this build %q: another build migrated it; "+
+				"run that build, or restore the database from before it", d.Version, d.Name, want)
+		}
+	}
+	return nil
 }
 
 // apply applies the migrations of ms not applied yet, in order.
