@@ -88,11 +88,12 @@ func reseal(ctx context.Context, db *gorm.DB, cfg config.Config, log *slog.Logge
 	if err != nil {
 		return "provider_accounts", err
 	}
+	// The step's report counts what it committed before it failed, too.
 	tr, err := ts.Reseal(ctx)
+	rep.Accounts, rep.UnreadableAccounts, rep.StaleHashes = tr.Accounts, tr.Unreadable, tr.StaleHashes
 	if err != nil {
 		return "provider_accounts", err
 	}
-	rep.Accounts, rep.UnreadableAccounts, rep.StaleHashes = tr.Accounts, tr.Unreadable, tr.StaleHashes
 
 	box, err := sealer(cfg, labelEndpointSecrets)
 	if err != nil {

@@ -221,7 +221,13 @@ func newHookLookups() *ratelimit.Limiter {
 func (s *Service) webhookLookupRefused(ctx context.Context, ev providers.Event, p *Payment, provider string, wait time.Duration) error {
 	s.outsiders.WarnContext(ctx, "webhook for a payment looked up moments ago refused; the provider sends it again",
 		"merchant_id", p.MerchantID, "provider", provider, "payment_id", p.ID, "event", ev.Type)
-	if !ev.Refund && final(p.Status) {
+	// Not for a payment older than REVIEW_AFTER less a margin: a
+	// scheduled recheck that cannot ask the provider past REVIEW_AFTER
+	// reinstates the payment for review (recheck), which a settled
+	// payment's copies of a webhook must never cause. A charge landing a
+	// day after its release is not what this is for. (By this clock: the
+	// hour's margin covers its skew from the database's.)
+	if !ev.Refund && final(p.Status) && s.now().Sub(p.CreatedAt)+hookLookupEvery+time.Hour < s.cfg.ReviewAfter {
 		if err := s.store.LookAgainBy(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, hookLookupEvery); err != nil {
 			return err // 503 unavailable: the provider sends it again
 		}

@@ -199,3 +199,31 @@ func TestARefusedEventStillReopensALateCharge(t *testing.T) {
 	require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, g, m.ID, "late-bound").Status)
 	require.Equal(t, 1, ps.Charges(ref))
 }
+
+// ...but not for a payment older than REVIEW_AFTER: its scheduled recheck,
+// if the provider could not be asked, would reinstate it for review — a
+// payment settled days ago sent back to processing by copies of a webhook.
+func TestARefusedEventLeavesAnOldFailedPaymentAlone(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "old-bound", body(paystacktest.TokenSuccess)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+	require.Equal(t, 1, sweep(t, g).Confirmed)
+	dbtest.Age(t, g.App.DB(), 48*time.Hour, "payments", "created_at", "updated_at")
+
+	ref := providers.Reference(m.ID, "old-bound")
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	hook := "/v1/webhooks/paystack/" + m.ID
+	for range 5 {
+		require.Equal(t, http.StatusOK, g.Do("POST", hook, raw, headerPairs(h)...).StatusCode)
+	}
+	res := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(res.Body))
+	p := ledgerByKey(t, g, m.ID, "old-bound")
+	require.Nil(t, p.RecheckAt, "no scheduled recheck for a payment past REVIEW_AFTER")
+	require.Equal(t, payments.FailureNotProcessed, p.FailureCode)
+}

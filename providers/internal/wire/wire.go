@@ -208,7 +208,13 @@ func StatusClass(status int) error {
 func Message(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	s = echoedEmail.ReplaceAllString(s, "[email]")
-	s = echoedToken.ReplaceAllString(s, "[token]")
+	s = echoedToken.ReplaceAllStringFunc(s, func(m string) string {
+		// An id or a key has digits; card_declined and card-number are words.
+		if strings.ContainsAny(m, "0123456789") {
+			return "[token]"
+		}
+		return m
+	})
 	if len(s) > 120 {
 		s = s[:120] + "..."
 	}

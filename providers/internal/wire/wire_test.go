@@ -111,6 +111,8 @@ func TestMessageMasksWhatProvidersEcho(t *testing.T) {
 		{"Duplicate Transaction Reference", "Duplicate Transaction Reference"},
 		{"Transaction reference not found", "Transaction reference not found"},
 		{"sk is not a token, nor is pm_ alone", "sk is not a token, nor is pm_ alone"},
+		{"card_declined: Your card was declined", "card_declined: Your card was declined"},
+		{"Invalid value for card-number", "Invalid value for card-number"},
 	} {
 		if got := Message(tc.in); got != tc.want {
 			t.Errorf("Message(%q) = %q, want %q", tc.in, got, tc.want)
