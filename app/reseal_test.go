@@ -42,11 +42,7 @@ func TestRotateMasterKey(t *testing.T) {
 	for _, engine := range []string{"postgres", "sqlite"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			dbURL := ""
-			if engine == "postgres" {
-				dbURL = dbtest.PostgresURL(t)
-			}
-			env := apptest.BaseEnv(dbURL, t.TempDir())
+			env := engineEnv(t, engine)
 			env["MASTER_KEY"] = keyA
 			p := apptest.StartProcess(t, bin, env)
 
@@ -182,6 +178,17 @@ func TestRotateMasterKey(t *testing.T) {
 	}
 }
 
+// engineEnv is a gateway's environment on engine: a fresh PostgreSQL
+// schema, or SQLite in a data directory of its own.
+func engineEnv(t *testing.T, engine string) map[string]string {
+	t.Helper()
+	dbURL := ""
+	if engine == "postgres" {
+		dbURL = dbtest.PostgresURL(t)
+	}
+	return apptest.BaseEnv(dbURL, t.TempDir())
+}
+
 // A reseal that fails part way has already committed its first steps: the
 // operator's run is in the audit log all the same, saying how far it got.
 func TestAnInterruptedResealIsAudited(t *testing.T) {
@@ -189,11 +196,7 @@ func TestAnInterruptedResealIsAudited(t *testing.T) {
 	for _, engine := range []string{"postgres", "sqlite"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			dbURL := ""
-			if engine == "postgres" {
-				dbURL = dbtest.PostgresURL(t)
-			}
-			env := apptest.BaseEnv(dbURL, t.TempDir())
+			env := engineEnv(t, engine)
 			env["MASTER_KEY"] = strings.Repeat("b7", 32)
 			env["MASTER_KEY_PREVIOUS"] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 			cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := env[k]; return v, ok })

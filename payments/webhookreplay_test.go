@@ -163,6 +163,33 @@ func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
 	})
 }
 
+// confirmedThenCopied is a Paystack payment under key released as never
+// charged (its charge to land late), its recheck ended finding nothing —
+// only an event can tell now — and five copies of the provider's event
+// about it posted while the charge is still not there: the bound is
+// spent. aged (table, columns…) is made two days older first.
+func confirmedThenCopied(t *testing.T, key string, aged ...string) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant, string, http.Header, []byte) {
+	t.Helper()
+	ps, g, m := paystackMerchant(t)
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, key, body(paystacktest.TokenSuccess)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	require.Equal(t, 1, sweep(t, g).Released)
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+	require.Equal(t, 1, sweep(t, g).Confirmed)
+	require.Nil(t, ledgerByKey(t, g, m.ID, key).RecheckAt)
+	if len(aged) > 0 {
+		dbtest.Age(t, g.App.DB(), 48*time.Hour, aged[0], aged[1:]...)
+	}
+	ref := providers.Reference(m.ID, key)
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	for range 5 {
+		require.Equal(t, http.StatusOK, g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...).StatusCode)
+	}
+	return ps, g, m, ref, h, raw
+}
+
 // The bound never loses a late charge. A payment released as never
 // charged whose recheck has ended hears of its charge only from the
 // provider's event; if copies have just spent the bound, that event is
@@ -171,22 +198,8 @@ func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
 // a refusal has the sweeper look the payment up once the bound refills.
 func TestARefusedEventStillReopensALateCharge(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	ps.LandLateNext()
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "late-bound", body(paystacktest.TokenSuccess)).StatusCode)
-	ageKeys(t, g, time.Hour)
-	require.Equal(t, 1, sweep(t, g).Released)
-	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
-	require.Equal(t, 1, sweep(t, g).Confirmed, "its recheck found nothing: only an event can tell now")
-	require.Nil(t, ledgerByKey(t, g, m.ID, "late-bound").RecheckAt)
-
-	ref := providers.Reference(m.ID, "late-bound")
-	h, raw, err := ps.Webhook(ref)
-	require.NoError(t, err)
+	ps, g, m, ref, h, raw := confirmedThenCopied(t, "late-bound")
 	hook := "/v1/webhooks/paystack/" + m.ID
-	for range 5 { // copies, while the charge is still not there: they spend the bound
-		require.Equal(t, http.StatusOK, g.Do("POST", hook, raw, headerPairs(h)...).StatusCode)
-	}
 	ps.Land(ref)
 	res := g.Do("POST", hook, raw, headerPairs(h)...)
 	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "the provider's own event, past the bound: %s", res.Body)
@@ -205,22 +218,8 @@ func TestARefusedEventStillReopensALateCharge(t *testing.T) {
 // payment settled days ago sent back to processing by copies of a webhook.
 func TestARefusedEventLeavesAnOldFailedPaymentAlone(t *testing.T) {
 	t.Parallel()
-	ps, g, m := paystackMerchant(t)
-	ps.LandLateNext()
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "old-bound", body(paystacktest.TokenSuccess)).StatusCode)
-	ageKeys(t, g, time.Hour)
-	require.Equal(t, 1, sweep(t, g).Released)
-	dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
-	require.Equal(t, 1, sweep(t, g).Confirmed)
-	dbtest.Age(t, g.App.DB(), 48*time.Hour, "payments", "created_at", "updated_at")
-
-	ref := providers.Reference(m.ID, "old-bound")
-	h, raw, err := ps.Webhook(ref)
-	require.NoError(t, err)
+	_, g, m, _, h, raw := confirmedThenCopied(t, "old-bound", "payments", "created_at", "updated_at")
 	hook := "/v1/webhooks/paystack/" + m.ID
-	for range 5 {
-		require.Equal(t, http.StatusOK, g.Do("POST", hook, raw, headerPairs(h)...).StatusCode)
-	}
 	res := g.Do("POST", hook, raw, headerPairs(h)...)
 	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(res.Body))
 	p := ledgerByKey(t, g, m.ID, "old-bound")
