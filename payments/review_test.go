@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,10 @@ func TestTheOperatorSeesWhyAPaymentIsInReview(t *testing.T) {
 			r := g.Pay(sim, "late", body("sim_late"))
 			require.Equal(t, http.StatusAccepted, r.StatusCode, string(r.Body))
 			id := r.JSON(t)["id"].(string)
+			// Only the lease lapses: the attempt stays recent, within
+			// SWEEP_STALE_AFTER (10 minutes here, so that no wall time a
+			// loaded machine takes can make it stale), and the poll cannot
+			// release it.
 			dbtest.Age(t, g.App.DB(), time.Hour, "idempotency_keys", "locked_until")
 			dbtest.Age(t, g.App.DB(), 25*time.Hour, "payments", "created_at")
 			require.Equal(t, "requires_review", g.Get(sim, "/v1/payments/"+id).JSON(t)["status"])
@@ -125,7 +130,7 @@ func TestTheOperatorSeesWhyAPaymentIsInReview(t *testing.T) {
 		for engine, opts := range engines {
 			t.Run(tc.name+"/"+engine, func(t *testing.T) {
 				t.Parallel()
-				ps, g, m := paystackMerchant(t, opts...)
+				ps, g, m := paystackMerchant(t, append(slices.Clone(opts), apptest.Env("SWEEP_STALE_AFTER", "10m"))...)
 				before := time.Now().Add(-time.Minute)
 				owner, id := tc.flag(t, ps, g, m)
 

@@ -171,6 +171,9 @@ func TestAnEventAfterAReplayFloodStillSettles(t *testing.T) {
 func confirmedThenCopied(t *testing.T, key string, aged ...string) (*paystacktest.Server, *apptest.Gateway, apptest.Merchant, string, http.Header, []byte) {
 	t.Helper()
 	ps, g, m := paystackMerchant(t)
+	// The bound's refill must not come from wall time passing under load.
+	frozen := time.Now()
+	g.App.Payments.SetWebhookClock(func() time.Time { return frozen })
 	ps.LandLateNext()
 	require.Equal(t, http.StatusAccepted, g.Pay(m, key, body(paystacktest.TokenSuccess)).StatusCode)
 	ageKeys(t, g, time.Hour)

@@ -121,11 +121,11 @@ func TestMerchantAuthFailures(t *testing.T) {
 		{"WrongIssuer", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.Issuer = "evil" })), false},
 		{"NoExpiry", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) { c.ExpiresAt = nil })), false},
 		{"Expired", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
-			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
+			c.ExpiresAt = jwt.NewNumericDate(e.clock.Now().Add(-time.Minute)) // by the verifier's clock, frozen at newEnv
 		})), true},
 		// Only a token the gateway signed is ever called expired.
 		{"ExpiredUnderAnotherKey", "Bearer " + mint(t, jwt.SigningMethodHS256, otherKey, kid, with(func(c *accessClaims) {
-			c.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
+			c.ExpiresAt = jwt.NewNumericDate(e.clock.Now().Add(-time.Minute))
 		})), false},
 		{"IssuedInFuture", "Bearer " + mint(t, jwt.SigningMethodHS256, testJWTSecret, kid, with(func(c *accessClaims) {
 			c.IssuedAt = jwt.NewNumericDate(time.Now().Add(time.Hour))
