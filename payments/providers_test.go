@@ -193,9 +193,7 @@ func headerPairs(h http.Header) []string {
 func TestStripeStaleWebhookIs401(t *testing.T) {
 	t.Parallel()
 	s := stripetest.New(t)
-	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", s.URL))
-	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
-		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+	g, m := stripeMerchantAt(t, s.URL)
 	b := body(stripetest.TokenPending)
 	b["currency"] = "USD"
 	first := g.Pay(m, "stale", b)
@@ -242,9 +240,7 @@ func TestRetryNeverReleasesAnUnknownCharge(t *testing.T) {
 func TestOldUnknownPaymentIsLookedUpNotRecharged(t *testing.T) {
 	t.Parallel()
 	fake := stripetest.New(t)
-	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", fake.URL))
-	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
-		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+	g, m := stripeMerchantAt(t, fake.URL)
 	b := body(stripetest.TokenPending)
 	b["currency"] = "USD"
 	first := g.Pay(m, "old", b)
@@ -268,10 +264,18 @@ func TestOldUnknownPaymentIsLookedUpNotRecharged(t *testing.T) {
 func stripeMerchant(t *testing.T) (*stripetest.Server, *apptest.Gateway, apptest.Merchant) {
 	t.Helper()
 	s := stripetest.New(t)
-	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", s.URL))
+	g, m := stripeMerchantAt(t, s.URL)
+	return s, g, m
+}
+
+// stripeMerchantAt is a gateway whose Stripe is at url (a fake, or a
+// server answering what a test needs) and a merchant charging through it.
+func stripeMerchantAt(t *testing.T, url string) (*apptest.Gateway, apptest.Merchant) {
+	t.Helper()
+	g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", url))
 	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
 		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
-	return s, g, m
+	return g, m
 }
 
 func requireAmountNotSupported(t *testing.T, r apptest.Response, rule string) {
@@ -504,9 +508,7 @@ func TestAProviderAnswerThatCannotBeStoredStillSettles(t *testing.T) {
 				_ = json.NewEncoder(w).Encode(tc.answer)
 			}))
 			t.Cleanup(srv.Close)
-			g := apptest.Start(t, apptest.Env("STRIPE_BASE_URL", srv.URL))
-			m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
-				"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
+			g, m := stripeMerchantAt(t, srv.URL)
 			b := body(stripetest.TokenSuccess)
 			b["currency"] = "USD"
 			r := g.Pay(m, "garbled", b)
