@@ -111,6 +111,11 @@ type Payment struct {
 	// lease DueRechecks took on the payment's recheck ends: its lookup is
 	// made within it, as a claim's is.
 	recheckLease time.Time
+	// recheckTaken is recheck_at as DueRechecks wrote it when it took the
+	// payment (the database's text of it; empty when not taken that way):
+	// the recheck's outcome is written only while it is still that value
+	// (Store.lookLater).
+	recheckTaken string
 }
 
 // age is AgeSeconds as a duration.

@@ -78,7 +78,7 @@ func (s *Service) recheck(ctx context.Context, p Payment, scheduled bool) (Settl
 		if !scheduled {
 			return Pending, nil
 		}
-		ok, err := s.store.RecheckLater(ctx, p.MerchantID, p.ID, p.Attempts, after)
+		ok, err := s.store.RecheckLater(ctx, p, after)
 		if err == nil && !ok {
 			st = Skipped
 		}
@@ -161,7 +161,7 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 			"provider_outcome", string(res.Outcome), "amount", p.Amount, "currency", p.Currency)
 	}
-	_, lerr := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, next)
+	_, lerr := s.store.lookLater(ctx, p, next)
 	st := Confirmed
 	if next > 0 {
 		st = Pending

@@ -413,8 +413,23 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 			for i := range due {
 				ids[i] = due[i].ID
 			}
-			return tx.Model(&Payment{}).Where("merchant_id = ? AND id IN ?", m, ids).
-				Update("recheck_at", dbclock.Plus(tx, lease)).Error
+			if err := tx.Model(&Payment{}).Where("merchant_id = ? AND id IN ?", m, ids).
+				Update("recheck_at", dbclock.Plus(tx, lease)).Error; err != nil {
+				return err
+			}
+			var taken []struct{ ID, At string }
+			if err := tx.Raw(`SELECT id, CAST(recheck_at AS TEXT) AS at FROM payments WHERE merchant_id = ? AND id IN ?`,
+				m, ids).Scan(&taken).Error; err != nil {
+				return err
+			}
+			at := make(map[string]string, len(taken))
+			for _, r := range taken {
+				at[r.ID] = r.At
+			}
+			for i := range due {
+				due[i].recheckTaken = at[due[i].ID]
+			}
+			return nil
 		})
 		if err != nil {
 			return out, interpret("due rechecks", err)
@@ -435,25 +450,29 @@ GROUP BY merchant_id ORDER BY min(recheck_at) LIMIT ?`
 
 // RecheckLater sets when a payment released as never charged is looked up
 // again (the database's time + after), or ends its recheck (after <= 0):
-// the last lookup found nothing and the failure is final for good. It is
-// conditional on attempts, the payment's attempt count when the lookup was
-// made: ok is false when the payment is no longer awaiting that recheck
-// (a retry re-opened it meanwhile, and may have sent a charge the lookup
-// could not have seen).
-func (s *Store) RecheckLater(ctx context.Context, merchantID, id string, attempts int, after time.Duration) (ok bool, err error) {
-	return s.lookLater(ctx, merchantID, id, StatusFailed, attempts, after)
+// the last lookup found nothing and the failure is final for good. p is
+// the payment as the lookup saw it. ok is false when the payment is no
+// longer awaiting that recheck: a retry re-opened it meanwhile (its
+// attempts moved on, and it may have sent a charge the lookup could not
+// have seen), or a provider's event asked for a look since the sweeper
+// took it (LookAgainBy), which is newer news than this lookup.
+func (s *Store) RecheckLater(ctx context.Context, p Payment, after time.Duration) (ok bool, err error) {
+	return s.lookLater(ctx, p, after)
 }
 
 // lookLater is RecheckLater for a payment of any status: a watched
 // resolution is final, succeeded or failed (Service.watchResolution).
-func (s *Store) lookLater(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) (ok bool, err error) {
+func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
-	res := s.exec(ctx, nil).Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", merchantID, id, status, attempts).
-		Update("recheck_at", at)
+	q := s.exec(ctx, nil).Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts)
+	if p.recheckTaken != "" {
+		q = q.Where("CAST(recheck_at AS TEXT) = ?", p.recheckTaken)
+	}
+	res := q.Update("recheck_at", at)
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
 }
 
@@ -461,13 +480,19 @@ func (s *Store) lookLater(ctx context.Context, merchantID, id string, status Sta
 // looked up by the sweeper within after: its recheck is set to the
 // database's time + after unless one is due sooner. For news a webhook
 // brought that the gateway could not look at then (webhookLookupRefused).
+//
+// A recheck due sooner is still moved, by a millisecond earlier: it may be
+// a sweeper's lease on a lookup already in flight, made before this news,
+// and the changed value keeps that lookup from ending the recheck when it
+// finds nothing (lookLater); the look then comes again when the lease
+// ends. Earlier, never later: copies of an event cannot put a look off.
 func (s *Store) LookAgainBy(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) error {
 	db := s.exec(ctx, nil)
 	at := dbclock.Plus(db, after)
 	return interpret("look again", db.Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND (recheck_at IS NULL OR recheck_at > ?)",
-			merchantID, id, status, attempts, at).
-		Update("recheck_at", at).Error)
+		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ?", merchantID, id, status, attempts).
+		Update("recheck_at", gorm.Expr("CASE WHEN recheck_at IS NULL OR recheck_at > ? THEN ? ELSE ? END",
+			at, at, dbclock.Shift(db, "recheck_at", -time.Millisecond))).Error)
 }
 
 // MarkReview flags a payment still processing for a human; ok is false

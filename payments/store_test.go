@@ -58,3 +58,76 @@ func TestInsertNewStoresEveryField(t *testing.T) {
 		require.Equal(t, "pay_every", got.ID)
 	})
 }
+
+// A provider's event that asks for a look while a sweeper's lookup of the
+// same payment is in flight (its lease holding recheck_at) is newer news
+// than that lookup: the lookup finding nothing must not end the recheck,
+// or a late charge whose event was refused and never sent again stays
+// unseen. And copies of an event only ever bring a look sooner.
+func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		s := NewStore(db)
+		past := time.Now().UTC().Add(-time.Hour)
+		released := func(id string, recheck *time.Time) Payment {
+			p := Payment{
+				ID: id, MerchantID: "ten_look", IdempotencyKey: "key-" + id,
+				Amount: 500, Currency: "NGN", Status: StatusFailed, Provider: "paystack",
+				ProviderReference: "ref-" + id, FailureCode: FailureNotProcessed,
+				Metadata: "{}", Attempts: 1, RequestHash: "h", RecheckAt: recheck,
+				CreatedAt: past, UpdatedAt: past,
+			}
+			inserted, err := s.InsertNew(ctx, nil, &p)
+			require.NoError(t, err)
+			require.True(t, inserted)
+			require.NoError(t, db.Model(&Payment{}).Where("id = ?", id).Update("recheck_at", recheck).Error)
+			return p
+		}
+		recheckAt := func(id string) *time.Time {
+			var p Payment
+			require.NoError(t, db.Where("merchant_id = ? AND id = ?", "ten_look", id).Take(&p).Error)
+			return p.RecheckAt
+		}
+		take := func(id string) Payment {
+			due, err := s.DueRechecks(ctx, 10, 30*time.Second)
+			require.NoError(t, err)
+			require.Len(t, due, 1)
+			require.Equal(t, id, due[0].ID)
+			return due[0]
+		}
+
+		// Undisturbed, the lookup that found nothing ends the recheck.
+		released("pay_quiet", &past)
+		ok, err := s.RecheckLater(ctx, take("pay_quiet"), 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Nil(t, recheckAt("pay_quiet"))
+
+		// An event asks for a look while the lookup is in flight.
+		released("pay_raced", &past)
+		taken := take("pay_raced")
+		lease := recheckAt("pay_raced")
+		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_raced", StatusFailed, 1, 30*time.Second))
+		moved := recheckAt("pay_raced")
+		require.NotNil(t, moved)
+		require.True(t, moved.Before(*lease), "the lease's end, a little sooner: %v, was %v", moved, lease)
+		ok, err = s.RecheckLater(ctx, taken, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "the lookup was made before the event's news")
+		require.Equal(t, moved, recheckAt("pay_raced"), "looked at again when the lease ends")
+
+		// Copies never put a look off; a far one is brought to within after.
+		soon := time.Now().UTC().Add(5 * time.Second)
+		released("pay_soon", &soon)
+		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_soon", StatusFailed, 1, 30*time.Second))
+		require.False(t, recheckAt("pay_soon").After(soon))
+		far := time.Now().UTC().Add(time.Hour)
+		released("pay_far", &far)
+		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_far", StatusFailed, 1, 30*time.Second))
+		require.True(t, recheckAt("pay_far").Before(time.Now().Add(time.Minute)))
+		released("pay_none", nil)
+		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_none", StatusFailed, 1, 30*time.Second))
+		require.NotNil(t, recheckAt("pay_none"))
+	})
+}

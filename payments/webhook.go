@@ -343,7 +343,7 @@ func (s *Service) chargedAfter(ctx context.Context, p *Payment, res providers.Re
 	s.cfg.Log.Log(ctx, level, "the provider charged a payment an operator resolved as failed; refund it at the provider",
 		"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider,
 		"provider_transaction_id", res.TransactionID, "amount", p.Amount, "currency", p.Currency)
-	if _, err := s.store.lookLater(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, 0); err != nil {
+	if _, err := s.store.lookLater(ctx, *p, 0); err != nil {
 		s.cfg.Log.WarnContext(ctx, "could not end the watch of a resolved payment", "payment_id", p.ID, "err", err)
 	}
 }
