@@ -280,7 +280,8 @@ func (h *Handler) WebhookRoutes(r fiber.Router) {
 // @Description  authentication. A verified event for a payment still processing is re-checked with the provider
 // @Description  (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // @Description  out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// @Description  is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// @Description  is answered as a bad signature, and no sooner (every such refusal takes at least 50 ms), so the route
+// @Description  tells nobody which tenant ids exist. The lookups events
 // @Description  make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
 // @Description  more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
 // @Description  send it again.
@@ -306,11 +307,45 @@ func (h *Handler) webhook(c *fiber.Ctx) error {
 			header.Add(k, v)
 		}
 	}
+	start := time.Now()
 	res, err := h.svc.HandleWebhook(c.UserContext(), utils.CopyString(c.Params("provider")), utils.CopyString(c.Params("tenant_id")), header, c.Body())
 	if err != nil {
+		if unverified(err) {
+			noSooner(c.UserContext(), start.Add(refusalFloor))
+		}
 		return err
 	}
 	return c.JSON(res)
+}
+
+// refusalFloor is the least time a webhook refused before its signature
+// verified is answered in. The answers are one (badSignature), but not
+// their times: an unknown tenant costs the database two reads, while a
+// known tenant's account is cached and its bad signature refused in
+// microseconds, so timing the refusals would tell which tenant ids exist.
+// Every such refusal takes at least this long, well above those reads. A
+// provider never waits on it: its signed deliveries are not refused.
+const refusalFloor = 50 * time.Millisecond
+
+// unverified reports whether err is the refusal of a webhook whose
+// signature did not verify (badSignature).
+func unverified(err error) bool {
+	var p *problem.Problem
+	return errors.As(err, &p) && p.Code == badSignature().Code
+}
+
+// noSooner returns at t, or when ctx ends.
+func noSooner(ctx context.Context, t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
 }
 
 // chargedAfterResolution looks up a payment an operator resolved as

@@ -2540,7 +2540,8 @@ type ClientInterface interface {
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-	// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+	// is answered as a bad signature, and no sooner (every such refusal takes at least 50 ms), so the route
+	// tells nobody which tenant ids exist. The lookups events
 	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
 	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
 	// send it again.
@@ -3409,7 +3410,8 @@ func (c *Client) RotateWebhookEndpointSecret(ctx context.Context, id string, par
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// is answered as a bad signature, and no sooner (every such refusal takes at least 50 ms), so the route
+// tells nobody which tenant ids exist. The lookups events
 // make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
 // more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
 // send it again.
@@ -5926,7 +5928,8 @@ type ClientWithResponsesInterface interface {
 	// authentication. A verified event for a payment still processing is re-checked with the provider
 	// (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 	// out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-	// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+	// is answered as a bad signature, and no sooner (every such refusal takes at least 50 ms), so the route
+	// tells nobody which tenant ids exist. The lookups events
 	// make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
 	// more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
 	// send it again.
@@ -11720,7 +11723,8 @@ func (c *ClientWithResponses) RotateWebhookEndpointSecretWithResponse(ctx contex
 // authentication. A verified event for a payment still processing is re-checked with the provider
 // (Lookup) and settles the payment and its idempotency key exactly as the sweeper would. Duplicate and
 // out-of-order events are harmless; an unknown reference is acknowledged and ignored. An unknown tenant
-// is answered as a bad signature, so the route tells nobody which tenant ids exist. The lookups events
+// is answered as a bad signature, and no sooner (every such refusal takes at least 50 ms), so the route
+// tells nobody which tenant ids exist. The lookups events
 // make are bounded per payment (five at once, then one every 30 s), so copies of a delivery cost no
 // more than that at the provider: past it the event is answered 503 rate_limited, for the provider to
 // send it again.
