@@ -130,9 +130,15 @@ func makeRun(t *testing.T, root, dataDir string) string {
 	return addr
 }
 
+// gatewayLine is the walkthrough's one mention of the gateway's address:
+// every command reaches it through $GATEWAY.
+const gatewayLine = "GATEWAY=http://localhost:8080"
+
 // TestREADMERunsAsPasted runs every sh block of README.md, in order, in
-// one bash, against a fresh `make run` (only localhost:8080 becomes the
-// test's port), and checks what the walkthrough promises.
+// one bash, against a fresh `make run` on a port that is not 8080 (only
+// the line that sets $GATEWAY becomes the test's address, so a command
+// that names localhost:8080 itself fails), and checks what the
+// walkthrough promises.
 func TestREADMERunsAsPasted(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "make"} {
@@ -152,10 +158,21 @@ func TestREADMERunsAsPasted(t *testing.T) {
 
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n")
+	set := 0
 	for _, b := range blocks {
 		fmt.Fprintf(&script, "echo '>>> README.md:%d' >&2\n", b.Line)
-		script.WriteString(strings.ReplaceAll(b.Code, "localhost:8080", addr))
+		lines := strings.SplitAfter(b.Code, "\n")
+		for i, line := range lines {
+			if strings.TrimSpace(line) == gatewayLine {
+				lines[i] = "GATEWAY=http://" + addr + "\n"
+				set++
+			}
+		}
+		script.WriteString(strings.Join(lines, ""))
 	}
+	require.Equal(t, 1, set, "one line of the walkthrough sets %s", gatewayLine)
+	require.NotContains(t, script.String(), ":8080", "a command names the gateway's address instead of $GATEWAY")
+
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
