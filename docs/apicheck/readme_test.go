@@ -130,9 +130,16 @@ func makeRun(t *testing.T, root, dataDir string) string {
 	return addr
 }
 
+// gatewayLine is the walkthrough's one mention of the gateway's address:
+// every command reaches it through $GATEWAY.
+const gatewayLine = "GATEWAY=http://localhost:8080"
+
 // TestREADMERunsAsPasted runs every sh block of README.md, in order, in
-// one bash, against a fresh `make run` (only localhost:8080 becomes the
-// test's port), and checks what the walkthrough promises.
+// one bash, against a fresh `make run` on a port that is not 8080 (only
+// the line that sets $GATEWAY becomes the test's address, so a command
+// that names localhost:8080 itself fails), with its output going to a
+// file as `>log 2>&1` would send it, and checks what the walkthrough
+// promises.
 func TestREADMERunsAsPasted(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "make"} {
@@ -152,20 +159,47 @@ func TestREADMERunsAsPasted(t *testing.T) {
 
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n")
+	set := 0
 	for _, b := range blocks {
 		fmt.Fprintf(&script, "echo '>>> README.md:%d' >&2\n", b.Line)
-		script.WriteString(strings.ReplaceAll(b.Code, "localhost:8080", addr))
+		lines := strings.SplitAfter(b.Code, "\n")
+		for i, line := range lines {
+			if strings.TrimSpace(line) == gatewayLine {
+				lines[i] = "GATEWAY=http://" + addr + "\n"
+				set++
+			}
+		}
+		script.WriteString(strings.Join(lines, ""))
 	}
+	require.Equal(t, 1, set, "one line of the walkthrough sets %s", gatewayLine)
+	require.NotContains(t, script.String(), ":8080", "a command names the gateway's address instead of $GATEWAY")
+
+	// The reader's `bash >log 2>&1`: a command that opened /dev/stderr by
+	// its path (curl -D /dev/stderr) would truncate the log.
+	log, err := os.Create(filepath.Join(work, "walkthrough.log"))
+	require.NoError(t, err)
+	defer log.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = work
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "LANG=C.UTF-8"}
-	out, err := cmd.CombinedOutput()
+	cmd.Stdout, cmd.Stderr = log, log
+	err = cmd.Run()
+	out, rerr := os.ReadFile(log.Name())
+	require.NoError(t, rerr)
 	require.NoError(t, err, "the README's shell blocks, as pasted, failed:\n%s", out)
 	t.Logf("the walkthrough printed:\n%s", out)
 
 	text := string(out)
+	rest := text
+	for _, b := range blocks {
+		marker := fmt.Sprintf(">>> README.md:%d\n", b.Line)
+		i := strings.Index(rest, marker)
+		require.GreaterOrEqual(t, i, 0, "the log lost %q (was it truncated?):\n%s", marker, text)
+		rest = rest[i+len(marker):]
+	}
+	require.NotContains(t, text, "\x00", "the log was truncated and written past its end")
 	for _, want := range []string{
 		"HTTP/1.1 201 Created",      // step 3
 		"Idempotent-Replayed: true", // the replay
