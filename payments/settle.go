@@ -192,7 +192,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		}
 		s.cfg.Log.InfoContext(ctx, "payment released: the provider has no record of it (failed not_processed; its key free for a retry, a recheck scheduled)",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
-		return Released, nil
+		return s.lookOnceMore(ctx, p), nil
 	default:
 		return s.stillUnknown(ctx, claim, &p, nil, looked)
 	}
@@ -296,4 +296,29 @@ func (s *Service) stillInReview(ctx context.Context, claim idempotency.Claim, me
 		}
 		return s.store.reviewAnswer(ctx, tx, merchantID, targetID, rv)
 	})
+}
+
+// lookOnceMore looks a payment just released as never charged up again,
+// now that its key is free, and re-opens it if the charge is there after
+// all. A charge that landed while the release's lookup was out had its
+// webhook answered "deferred" (the key was the releasing settler's), and a
+// provider that took that 200 as delivered never sends it again: without
+// this look the payment would read failed, and a merchant might charge
+// the customer anew, until its scheduled recheck RECHECK_AFTER later. A
+// charge that lands after this look finds the key free: its webhook
+// re-opens the payment itself. Whatever this look cannot settle is left to
+// that recheck, so its failure is only logged.
+func (s *Service) lookOnceMore(ctx context.Context, p Payment) Settlement {
+	st, err := s.recheck(ctx, p, false)
+	if conflicted(err) {
+		err = nil
+	}
+	if err != nil {
+		s.cfg.Log.WarnContext(ctx, "could not look a released payment up once more; its recheck is scheduled",
+			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", err)
+	}
+	if st == Reopened {
+		return Reopened
+	}
+	return Released
 }

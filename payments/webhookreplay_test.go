@@ -229,3 +229,62 @@ func TestARefusedEventLeavesAnOldFailedPaymentAlone(t *testing.T) {
 	require.Nil(t, p.RecheckAt, "no scheduled recheck for a payment past REVIEW_AFTER")
 	require.Equal(t, payments.FailureNotProcessed, p.FailureCode)
 }
+
+// A charge that lands while the sweeper's lookup is out: the lookup says
+// "not found", and the provider's event, arriving meanwhile, is put off
+// (the sweeper holds the key) with a 200 the provider takes as delivered,
+// so it never comes again. The sweeper looks once more after releasing
+// the key and re-opens the payment, instead of leaving it failed — and a
+// merchant charging the customer anew — until its recheck an hour later.
+func TestAChargeLandingDuringTheReleasingLookupIsNotLost(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	u, err := url.Parse(ps.URL)
+	require.NoError(t, err)
+	var (
+		g     *apptest.Gateway
+		m     apptest.Merchant
+		ref   string
+		armed atomic.Bool
+		hooks = make(chan apptest.Response, 1)
+	)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if strings.Contains(r.Request.URL.Path, "/transaction/verify/") && r.StatusCode == http.StatusBadRequest &&
+			armed.CompareAndSwap(true, false) {
+			// Not found — and the charge lands before the answer is back.
+			ps.Land(ref)
+			h, raw, err := ps.Webhook(ref)
+			if err != nil {
+				return err
+			}
+			hooks <- g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	g = apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", srv.URL))
+	m = g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	ref = providers.Reference(m.ID, "landing")
+
+	ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, g.Pay(m, "landing", body(paystacktest.TokenSuccess)).StatusCode)
+	ageKeys(t, g, time.Hour)
+	armed.Store(true)
+	c := sweep(t, g)
+	require.False(t, armed.Load(), "the charge landed during the sweeper's lookup")
+	hook := <-hooks
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.Equal(t, "deferred", hook.JSON(t)["status"], "the sweeper held the key")
+
+	require.Equal(t, 1, c.Reopened, "%+v", c)
+	p := ledgerByKey(t, g, m.ID, "landing")
+	require.Equal(t, payments.StatusSucceeded, p.Status)
+	require.Nil(t, p.RecheckAt)
+	retry := g.Pay(m, "landing", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, ps.Charges(ref))
+}

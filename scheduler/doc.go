@@ -52,6 +52,11 @@
 //	not_found            failed, not_processed,       released (no row): the app's Released
 //	                     recheck_at = now +           retry charges again, same
 //	                     RECHECK_AFTER                reference
+//	… then, looked up    re-opened to it, as a        re-created done             Reopened
+//	once more: final     recheck does (a charge that
+//	                     landed during the first
+//	                     lookup: its webhook was put
+//	                     off while the key was held)
 //	pending / error      processing                   in_progress, lease ended     Pending
 //	… past REVIEW_AFTER  requires_review              in_progress, lease ended     Review
 //	(already final)      unchanged                    done, from the ledger        Skipped
