@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/audit"
 	"github.com/oncepay/gateway/app/failpoint"
 	"github.com/oncepay/gateway/app/ids"
 	"github.com/oncepay/gateway/app/problem"
@@ -797,6 +798,13 @@ func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference st
 	if res.Outcome != providers.OutcomeFailed {
 		return false, nil
 	}
+	return s.failSince(ctx, &r, res)
+}
+
+// failSince fails succeeded refund r, which the provider's answer res says
+// has failed since (refundFailedSince): only when res is about the
+// provider's refund the ledger recorded.
+func (s *Service) failSince(ctx context.Context, r *Refund, res providers.RefundResult) (failed bool, err error) {
 	if r.ProviderRefundID == "" || res.RefundID != r.ProviderRefundID {
 		s.cfg.Log.ErrorContext(ctx, "the provider has a failed refund under a succeeded refund's reference that is not the one recorded; the ledger is unchanged: check it at the provider",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
@@ -809,12 +817,12 @@ func (s *Service) refundFailedSince(ctx context.Context, p Payment, reference st
 		if err != nil || !ok {
 			return err
 		}
-		f.applyTo(&r)
+		f.applyTo(r)
 		if err := s.store.unreserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount); err != nil {
 			return err
 		}
 		failed = true
-		return s.emitRefund(ctx, tx, &r)
+		return s.emitRefund(ctx, tx, r)
 	})
 	if err != nil {
 		return false, err
@@ -891,8 +899,10 @@ func (s *Service) RecheckRefund(ctx context.Context, r Refund) (Settlement, erro
 // it): an ERROR when the provider's answer now contradicts the resolution —
 // a refund made after "failed" gave its amount back (the customer may be
 // refunded twice), or none after "succeeded" (the customer was not
-// refunded). A succeeded refund re-opened after a release, whose recheck
-// was left, is looked at once the same way and agrees.
+// refunded). A succeeded refund made by a retry after a release, whose
+// recheck was left, is looked at once the same way: it agrees, or, failed
+// at the provider since, is failed in the ledger as the provider's event
+// would have it (failSince) — no operator's call stands in the way.
 func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settlement, error) {
 	err := s.pace(paced(ctx), r.Provider, r.recheckLease)
 	var res providers.RefundResult
@@ -922,6 +932,13 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 		s.cfg.Log.ErrorContext(ctx, "the provider made a refund an operator resolved as failed; its amount was given back and may be refunded twice",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
 			"provider_refund_id", res.RefundID, "amount", r.Amount, "currency", r.Currency)
+	case res.Outcome == providers.OutcomeFailed && r.Status == RefundSucceeded && !s.resolvedByOperator(ctx, &r):
+		// The recheck a release left, of a refund sent again and made
+		// since: no operator's call to keep. The provider has failed it
+		// since (a card closed), and this look may be the only word of it
+		// (no webhook set up, or lost): the ledger follows the provider,
+		// as for that webhook.
+		_, err = s.failSince(ctx, &r, res)
 	case res.Outcome != providers.OutcomeSucceeded && r.Status == RefundSucceeded:
 		s.cfg.Log.ErrorContext(ctx, "the provider has no refund for one an operator resolved as succeeded; the customer was not refunded",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
@@ -934,6 +951,18 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 		st = Pending
 	}
 	return st, errors.Join(err, s.store.refundRecheckLater(rctx, r.MerchantID, r.ID, r.Attempts, next, r.recheckTaken))
+}
+
+// resolvedByOperator reports whether an operator resolved refund r, by
+// the audit log: a succeeded refund is watched either for that or for the
+// recheck its release left. When the log cannot be read it says yes, which
+// leaves the ledger alone and raises the ERROR for a person.
+func (s *Service) resolvedByOperator(ctx context.Context, r *Refund) bool {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&audit.Event{}).
+		Where("target_type = ? AND target_id = ? AND action = ?", "refund", r.ID, audit.RefundResolved).
+		Limit(1).Count(&n).Error
+	return err != nil || n > 0
 }
 
 // recheckRefund looks a refund released as not_processed up once more. One

@@ -1578,3 +1578,50 @@ func TestRefundEventsAboutASucceededRefund(t *testing.T) {
 	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+first.JSON(t)["id"].(string)).JSON(t)["status"])
 	require.EqualValues(t, 0, amountRefunded(t, g, m, id))
 }
+
+// A refund released as not_processed keeps the recheck its release
+// scheduled when a retry then makes it: that recheck finds a succeeded
+// refund, as it would one an operator resolved. If the provider has failed
+// the refund since (a card closed) and no webhook says so, that look is
+// the only word of it: the ledger follows the provider, as for the
+// webhook — the refund failed, its amount given back, refund.failed sent —
+// and it is not reported as an operator's resolution gone wrong.
+func TestALeftRecheckFindsARefundFailedSince(t *testing.T) {
+	t.Parallel()
+	st, g, m := stripeMerchant(t)
+	b := body(stripetest.TokenSuccess)
+	b["currency"] = "USD"
+	paid := g.Pay(m, "p", b)
+	require.Equal(t, http.StatusCreated, paid.StatusCode, string(paid.Body))
+	id := paid.JSON(t)["id"].(string)
+	ref := providers.RefundReference(m.ID, "r")
+
+	st.LandLateNext()
+	lost := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+	ageKeys(t, g, time.Hour)
+	sweep(t, g)
+	require.Equal(t, "not_processed", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["failure_code"], "released")
+
+	st.Land(ref)
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
+
+	require.NoError(t, st.FailRefund(ref))
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
+	sweep(t, g)
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "failed", got["status"], "the ledger follows the provider")
+	require.EqualValues(t, 0, amountRefunded(t, g, m, id), "its amount is given back")
+	var types []string
+	for _, e := range g.Get(m, "/v1/events").JSON(t)["data"].([]any) {
+		types = append(types, e.(map[string]any)["type"].(string))
+	}
+	require.Contains(t, types, "refund.failed")
+	require.NotContains(t, g.Logs.String(), "operator resolved as succeeded")
+	again := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
+	require.Equal(t, string(retry.Body), string(again.Body), "the key replays what was answered then")
+}

@@ -299,7 +299,8 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 }
 
 // listRefunds answers GET /v1/refunds newest first, filtered by
-// payment_intent, honouring limit and starting_after.
+// payment_intent, honouring limit and starting_after; a refund landing late
+// (LandLateNext) is not listed until it lands.
 func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, err := strconv.Atoi(q.Get("limit"))
@@ -316,7 +317,7 @@ func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
 			started = rf.ID == after
 			continue
 		}
-		if pi == "" || rf.PaymentIntent == pi {
+		if (pi == "" || rf.PaymentIntent == pi) && !fake.Hidden(&s.Faults, rf.Metadata[stripe.MetadataKey]) {
 			out = append(out, rf)
 		}
 	}
@@ -334,7 +335,7 @@ func (s *Server) fetchRefund(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var body []byte
 	for _, rf := range s.refunds {
-		if rf.ID == id {
+		if rf.ID == id && !fake.Hidden(&s.Faults, rf.Metadata[stripe.MetadataKey]) { // landing late (LandLateNext)
 			body, _ = json.Marshal(rf)
 		}
 	}
