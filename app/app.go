@@ -77,6 +77,12 @@ type App struct {
 	// SharedLimiter shares each merchant's limit across instances in
 	// Redis; nil without REDIS_URL (or with the limit off).
 	SharedLimiter *ratelimit.Shared
+	// HookLookups shares the bound on the provider lookups webhooks cause
+	// (payments.NewHookLookups) across instances in Redis, over the same
+	// client as SharedLimiter; nil without REDIS_URL. Unlike the merchant
+	// limit it is on whenever REDIS_URL is: a copy of a signed webhook
+	// posted to every instance must not cost N times the lookups.
+	HookLookups *ratelimit.Shared
 	// Clock is this instance's clock kept in step with the database's
 	// (tokens, updated_at); Serve re-measures it every clockSync.
 	Clock *dbclock.Clock
@@ -205,7 +211,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 			return nil, err
 		}
 		a.Metrics = metrics.New(metrics.Options{DB: sqlDB, Providers: reg.Names(), Instance: cfg.Instance,
-			SharedLimits: cfg.Limits.RatePerSecond > 0 && cfg.Limits.RedisURL != ""})
+			SharedLimits: cfg.Limits.RedisURL != ""})
 		if p := pipeline.Of(db); p != nil {
 			a.Metrics.WatchPipeline(func() (int64, int64, int64) {
 				s := p.Stats()
@@ -216,14 +222,20 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	var err error
 	if cfg.Limits.RatePerSecond > 0 {
 		a.RateLimiter = ratelimit.New(ratelimit.Config{Rate: cfg.Limits.RatePerSecond, Burst: cfg.Limits.Burst})
-		if u := cfg.Limits.RedisURL.Reveal(); u != "" {
-			sc := ratelimit.SharedConfig{URL: u, KeyPrefix: cfg.Limits.RedisKeyPrefix, Local: a.RateLimiter, Log: log}
-			if a.Metrics != nil {
-				sc.Observe, sc.Up = a.Metrics.ObserveRateLimit, a.Metrics.SetRateLimitRedisUp
-			}
-			if a.SharedLimiter, err = ratelimit.NewShared(sc); err != nil {
-				return nil, err
-			}
+	}
+	var hookLookups ratelimit.Taker // nil: the payments service's own, in memory
+	if u := cfg.Limits.RedisURL.Reveal(); u != "" {
+		sc := ratelimit.SharedConfig{URL: u, KeyPrefix: cfg.Limits.RedisKeyPrefix, Namespace: "hooklookup",
+			Local: payments.NewHookLookups(), Log: log}
+		if a.Metrics != nil {
+			sc.Observe, sc.Up = a.Metrics.ObserveRateLimit, a.Metrics.SetRateLimitRedisUp
+		}
+		if a.HookLookups, err = ratelimit.NewShared(sc); err != nil {
+			return nil, err
+		}
+		hookLookups = a.HookLookups
+		if a.RateLimiter != nil {
+			a.SharedLimiter = a.HookLookups.Sibling("ratelimit", a.RateLimiter)
 		}
 	}
 
@@ -259,6 +271,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		Now:               a.Clock.Now,
 		Log:               log,
 		Events:            events.NewEmitter(a.Clock.Now),
+		HookLookups:       hookLookups,
 	}
 	if a.Metrics != nil {
 		paymentsCfg.Observe = a.Metrics.ObservePayment
@@ -355,8 +368,8 @@ func (a *App) routes() {
 		return c.Next()
 	})
 	h := health{db: a.db, draining: &a.draining}
-	if a.SharedLimiter != nil {
-		h.redis = a.SharedLimiter
+	if a.HookLookups != nil {
+		h.redis = a.HookLookups
 	}
 	f.Get("/healthz", h.healthz)
 	f.Get("/readyz", h.readyz)
@@ -537,8 +550,8 @@ func (a *App) Close() error {
 		_ = a.metricsSrv.Close()
 		_ = a.metricsLn.Close() // in case Serve never ran
 	}
-	if a.SharedLimiter != nil {
-		_ = a.SharedLimiter.Close()
+	if a.HookLookups != nil {
+		_ = a.HookLookups.Close() // and SharedLimiter's: one client
 	}
 	return database.Close(a.db)
 }

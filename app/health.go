@@ -33,7 +33,7 @@ type Readiness struct {
 
 type health struct {
 	db *gorm.DB
-	// redis is the shared rate limiter, nil without REDIS_URL.
+	// redis is the limits' Redis, nil without REDIS_URL.
 	redis interface{ Ping(context.Context) error }
 	// draining is set from SIGTERM on: the instance still serves (for
 	// SHUTDOWN_DELAY) but asks to be taken out of the load balancer.

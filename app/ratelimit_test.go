@@ -172,7 +172,9 @@ func TestRateLimitRedisUnreachableKeepsServing(t *testing.T) {
 	require.NotContains(t, g.Logs.String(), "s3cret-pass", "the URL's password is never logged")
 }
 
-// TestReadyzReportsDatabaseAndRedis: with a Redis that answers, both are ok.
+// TestReadyzReportsDatabaseAndRedis: with a Redis that answers, both are
+// ok, with or without the merchant limit (the webhook lookups' bound uses
+// Redis either way).
 func TestReadyzReportsDatabaseAndRedis(t *testing.T) {
 	t.Parallel()
 	g := apptest.Start(t, apptest.Env("RATE_LIMIT_PER_SECOND", "100"), apptest.Env("REDIS_URL", redisURL()))
@@ -182,4 +184,9 @@ func TestReadyzReportsDatabaseAndRedis(t *testing.T) {
 	plain := apptest.Start(t)
 	require.Equal(t, map[string]any{"status": "ok", "database": "ok"}, plain.Do("GET", "/readyz", nil).JSON(t),
 		"no Redis configured, none reported")
+	unlimited := apptest.Start(t, apptest.Env("REDIS_URL", redisURL()))
+	require.Nil(t, unlimited.App.SharedLimiter, "RATE_LIMIT_PER_SECOND=0: no merchant limit")
+	require.NotNil(t, unlimited.App.HookLookups, "the webhook lookups' bound is shared all the same")
+	require.Equal(t, map[string]any{"status": "ok", "database": "ok", "redis": "ok"}, unlimited.Do("GET", "/readyz", nil).JSON(t),
+		"Redis in use, so reported")
 }

@@ -239,13 +239,15 @@ func (c Config) MetricsOnAPIPort() bool {
 	return c.Metrics.Enabled && c.Metrics.Addr == "" && !c.Production()
 }
 
-// Limits is per-merchant rate limiting on /v1.
+// Limits is per-merchant rate limiting on /v1, and the Redis that shares
+// it and the webhook lookups' bound across instances.
 type Limits struct {
 	RatePerSecond float64 // RATE_LIMIT_PER_SECOND, 0 disables
 	Burst         int     // RATE_LIMIT_BURST
-	// RedisURL, when set, shares each merchant's limit across instances
-	// in Redis (REDIS_URL: redis://[user:password@]host:port/db, or
-	// rediss:// for TLS); unset, each instance limits in its own memory.
+	// RedisURL, when set, shares each merchant's limit (if on) and the
+	// bound on the provider lookups webhooks cause across instances in
+	// Redis (REDIS_URL: redis://[user:password@]host:port/db, or rediss://
+	// for TLS); unset, each instance limits in its own memory.
 	RedisURL Secret
 	// RedisKeyPrefix starts every key the limiter writes (REDIS_KEY_PREFIX),
 	// so gateways (or tests) sharing a Redis keep apart.

@@ -67,6 +67,11 @@ type Config struct {
 	// SweepProviderRate bounds the sweeper's lookups, per provider, from
 	// this instance (SWEEP_PROVIDER_RATE, a second); 0 is unbounded.
 	SweepProviderRate float64
+	// HookLookups bounds the provider lookups webhooks cause, by
+	// hookLookupKey; nil: NewHookLookups, this instance's alone. With
+	// REDIS_URL the gateway gives it one shared by every instance, with
+	// NewHookLookups as its fallback.
+	HookLookups ratelimit.Taker
 	// Log receives operational events; nil means slog.Default().
 	Log *slog.Logger
 	// Observe, if set, counts payments reaching a state, by provider.
@@ -90,8 +95,8 @@ type Service struct {
 	// a secret set wrong or a replay is worth a WARN, not one per request.
 	outsiders *slog.Logger
 	// hookLookups bounds the provider lookups webhooks make, per payment
-	// (hookLookupBurst).
-	hookLookups *ratelimit.Limiter
+	// (hookLookupBurst): cfg.HookLookups.
+	hookLookups ratelimit.Taker
 	// charged are the payments an operator failed whose charge at the
 	// provider was reported (chargedAfter).
 	charged told
@@ -152,8 +157,11 @@ func NewService(db *gorm.DB, keys *idempotency.Store, accounts Accounts, cfg Con
 	if cfg.Events == nil {
 		cfg.Events = events.NewEmitter(cfg.Now)
 	}
+	if cfg.HookLookups == nil {
+		cfg.HookLookups = NewHookLookups()
+	}
 	return &Service{db: db, store: NewStore(db), keys: keys, accounts: accounts, cfg: cfg, pacer: newPacer(cfg.SweepProviderRate),
-		outsiders: slog.New(logthrottle.New(cfg.Log.Handler(), time.Minute, nil)), hookLookups: newHookLookups()}
+		outsiders: slog.New(logthrottle.New(cfg.Log.Handler(), time.Minute, nil)), hookLookups: cfg.HookLookups}
 }
 
 // Store exposes the payment store (for reads by handlers and tests).

@@ -89,7 +89,7 @@ func (s *Service) HandleWebhook(ctx context.Context, provider, tenantID string, 
 		return WebhookResult{Status: "ignored"}, nil
 	}
 	if looksUp(ev, &p) {
-		if ok, wait := s.hookLookups.Allow(hookLookupKey(ev, &p)); !ok {
+		if ok, wait := s.hookLookups.Take(ctx, hookLookupKey(ev, &p)); !ok {
 			return WebhookResult{}, s.webhookLookupRefused(ctx, ev, &p, provider, wait)
 		}
 	}
@@ -200,14 +200,20 @@ func badSignature() *problem.Problem {
 // sender takes as transient, and the one this route already answers when
 // the provider cannot be asked.
 //
-// The buckets are each instance's: behind N instances a flood costs up to
-// N times as many lookups.
+// With REDIS_URL the buckets are in Redis, one per payment for every
+// instance (Config.HookLookups): a copy posted to each of N instances
+// spends the one bound, not N. Without it, or while Redis does not answer,
+// they are each instance's, and a flood costs up to N times as many
+// lookups.
 const (
 	hookLookupBurst = 5
 	hookLookupEvery = 30 * time.Second
 )
 
-func newHookLookups() *ratelimit.Limiter {
+// NewHookLookups is this instance's bound on the lookups webhooks cause:
+// Config.HookLookups when none is given, and the rate and burst (and the
+// fallback) of the one the gateway shares in Redis.
+func NewHookLookups() *ratelimit.Limiter {
 	return ratelimit.New(ratelimit.Config{Rate: 1 / hookLookupEvery.Seconds(), Burst: hookLookupBurst})
 }
 

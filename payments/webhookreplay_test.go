@@ -1,10 +1,13 @@
 package payments_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,4 +290,62 @@ func TestAChargeLandingDuringTheReleasingLookupIsNotLost(t *testing.T) {
 	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
 	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, 1, ps.Charges(ref))
+}
+
+// redisURL is the Redis the tests use for real (TEST_REDIS_URL; .ci/run
+// starts one on this default when it is down).
+func redisURL() string {
+	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// Behind N instances a flood is still one bound: with REDIS_URL, copies of
+// one signed delivery posted to two gateways in turn (one database, one
+// Redis, one key prefix) have the payment looked up HookLookupBurst times
+// in all, not that many on each, and every other copy is answered 503
+// rate_limited. The merchant rate limit is off (the test environment's
+// RATE_LIMIT_PER_SECOND=0): the webhook bound is shared regardless.
+func TestReplayedWebhookCopiesShareOneBoundAcrossInstances(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	counted, lookups := lookupCounter(t, ps.URL)
+	opts := []apptest.Option{apptest.Env("PAYSTACK_BASE_URL", counted), apptest.Env("REDIS_URL", redisURL()),
+		apptest.Env("REDIS_KEY_PREFIX", fmt.Sprintf("test-hooks-%d:", time.Now().UnixNano()))}
+	a := apptest.Start(t, opts...)
+	b := apptest.Start(t, append(opts, apptest.Env("DATABASE_URL", a.DBURL))...)
+	require.Nil(t, a.App.SharedLimiter, "the merchant limit is off")
+	require.NotNil(t, a.App.HookLookups)
+	require.NoError(t, a.App.HookLookups.Ping(context.Background()), "Redis must answer (bash .ci/run starts it)")
+	m := a.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	require.Equal(t, http.StatusAccepted, a.Pay(m, "copied", body(paystacktest.TokenPending)).StatusCode)
+	h, raw, err := ps.Webhook(providers.Reference(m.ID, "copied"))
+	require.NoError(t, err)
+
+	before, start := lookups(), time.Now()
+	admitted := map[*apptest.Gateway]int{}
+	for i := range 4 * payments.HookLookupBurst {
+		g := a
+		if i%2 == 1 {
+			g = b
+		}
+		res := g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		switch res.StatusCode {
+		case http.StatusOK:
+			admitted[g]++
+		case http.StatusServiceUnavailable:
+			require.Equal(t, "rate_limited", res.Code(t), string(res.Body))
+		default:
+			t.Fatalf("a copy answered %d: %s", res.StatusCode, res.Body)
+		}
+	}
+	refilled := int(time.Since(start) / payments.HookLookupEvery) // none, unless the machine crawls
+	total := admitted[a] + admitted[b]
+	require.GreaterOrEqual(t, total, payments.HookLookupBurst)
+	require.LessOrEqual(t, total, payments.HookLookupBurst+refilled, "one bound for both instances: %v", admitted)
+	require.Positive(t, admitted[b], "the second instance spent the same bound, taking turns")
+	require.LessOrEqual(t, lookups()-before, payments.HookLookupBurst+refilled)
+	require.Positive(t, lookups()-before)
 }

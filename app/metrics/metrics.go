@@ -58,7 +58,8 @@ type Options struct {
 	// (INSTANCE_ID, or the hostname), so the series of several gateways
 	// behind one load balancer stay apart wherever they are collected.
 	Instance string
-	// SharedLimits adds the series of the Redis rate limiter (REDIS_URL).
+	// SharedLimits adds the series of the limits shared in Redis
+	// (REDIS_URL): the merchant limit, if on, and the webhook lookups'.
 	SharedLimits bool
 }
 
@@ -181,7 +182,7 @@ func New(opt Options) *Metrics {
 	if opt.SharedLimits {
 		m.limitDecisions = f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "ratelimit", Name: "decisions_total",
-			Help: "Rate-limit decisions, by backend: redis (shared by every instance) or memory (this instance's, while Redis does not answer).",
+			Help: "Rate-limit decisions (a merchant's request, a webhook's provider lookup), by backend: redis (shared by every instance) or memory (this instance's, while Redis does not answer).",
 		}, []string{"backend"})).(*prometheus.CounterVec)
 		m.limitDecisions.WithLabelValues("redis")
 		m.limitDecisions.WithLabelValues("memory")

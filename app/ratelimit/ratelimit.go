@@ -6,7 +6,8 @@
 // instances behind a load balancer admit up to N times the configured rate
 // for a merchant. With REDIS_URL the gateway uses Shared instead: one GCRA
 // state per merchant in Redis, shared by every instance, with a Limiter as
-// its fallback while Redis does not answer (shared.go).
+// its fallback while Redis does not answer (shared.go); the bound on the
+// provider lookups webhooks cause is a Sibling of it, in the same Redis.
 //
 // Memory is bounded: a bucket left idle long enough to refill completely is
 // indistinguishable from a new one, so it is forgotten (IdleAfter), and at

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,12 +46,19 @@ const (
 // logged once each (a warning, then at most every WarnEvery while it
 // stays down), and reported to Observe and Up for the metrics.
 type Shared struct {
+	*server
+	lim    *redis_rate.Limiter
+	limit  redis_rate.Limit
+	prefix string
+	local  *Limiter
+}
+
+// server is the Redis a Shared and its Siblings ask, and whether it
+// answers.
+type server struct {
 	rdb     *redis.Client
-	lim     *redis_rate.Limiter
-	limit   redis_rate.Limit
-	prefix  string
-	local   *Limiter
 	cfg     SharedConfig
+	closing sync.Once
 	mu      sync.Mutex
 	down    bool
 	retryAt time.Time
@@ -63,8 +71,11 @@ type SharedConfig struct {
 	// logged.
 	URL string
 	// KeyPrefix starts every key written; keys are
-	// rate:<KeyPrefix>ratelimit:<key>.
+	// rate:<KeyPrefix><Namespace>:<key>.
 	KeyPrefix string
+	// Namespace is this limit's among those sharing KeyPrefix ("ratelimit"
+	// if empty). No colon: "a" and "a:b" would share keys.
+	Namespace string
 	// Local decides while Redis is unreachable; its rate and burst are the
 	// shared limit's.
 	Local *Limiter
@@ -89,6 +100,12 @@ type SharedConfig struct {
 func NewShared(cfg SharedConfig) (*Shared, error) {
 	if cfg.Local == nil {
 		return nil, errors.New("ratelimit: Shared needs a Local limiter")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "ratelimit"
+	}
+	if strings.Contains(cfg.Namespace, ":") {
+		return nil, errors.New("ratelimit: a Namespace has no colon")
 	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
@@ -121,15 +138,30 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 	// while Redis is away; they go through slog instead, at DEBUG: the
 	// limiter WARNs about the outage itself, once every WarnEvery.
 	redis.SetLogger(redisLog{cfg.Log})
-	rdb := redis.NewClient(opt)
+	return sharedOn(&server{rdb: redis.NewClient(opt), cfg: cfg}, cfg.Namespace, cfg.Local), nil
+}
+
+// Sibling is another limit in the same Redis, with local's rate and burst
+// (local deciding while Redis does not answer) and keys
+// rate:<KeyPrefix><namespace>:<key>, apart from every other namespace's.
+// It asks over s's client, not a pool of its own, and shares s's
+// up-or-down state: an outage is one warning, not one a limit. Closing
+// either closes both.
+func (s *Shared) Sibling(namespace string, local *Limiter) *Shared {
+	if namespace == "" || strings.Contains(namespace, ":") || local == nil {
+		panic("ratelimit: Sibling needs a namespace without a colon and a Local limiter")
+	}
+	return sharedOn(s.server, namespace, local)
+}
+
+func sharedOn(srv *server, namespace string, local *Limiter) *Shared {
 	return &Shared{
-		rdb:    rdb,
-		lim:    redis_rate.NewLimiter(rdb),
-		limit:  gcraLimit(float64(cfg.Local.limit), cfg.Local.burst),
-		prefix: cfg.KeyPrefix + "ratelimit:",
-		local:  cfg.Local,
-		cfg:    cfg,
-	}, nil
+		server: srv,
+		lim:    redis_rate.NewLimiter(srv.rdb),
+		limit:  gcraLimit(float64(local.limit), local.burst),
+		prefix: srv.cfg.KeyPrefix + namespace + ":",
+		local:  local,
+	}
 }
 
 // gcraLimit is rate a second with burst as redis_rate's Limit, which takes
@@ -167,18 +199,22 @@ func (s *Shared) Take(ctx context.Context, key string) (bool, time.Duration) {
 }
 
 // Ping asks Redis whether it answers, for readiness.
-func (s *Shared) Ping(ctx context.Context) error {
+func (s *server) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*s.cfg.CallTimeout)
 	defer cancel()
 	return s.rdb.Ping(ctx).Err()
 }
 
-// Close closes the Redis connections.
-func (s *Shared) Close() error { return s.rdb.Close() }
+// Close closes the Redis connections (once, whichever sibling asks).
+func (s *server) Close() error {
+	var err error
+	s.closing.Do(func() { err = s.rdb.Close() })
+	return err
+}
 
 // Down reports whether the local limiter is deciding because Redis did not
 // answer.
-func (s *Shared) Down() bool {
+func (s *server) Down() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.down
@@ -186,7 +222,7 @@ func (s *Shared) Down() bool {
 
 // asking reports whether Redis should be asked now: always while it
 // answers, once per RetryEvery after it failed.
-func (s *Shared) asking(now time.Time) bool {
+func (s *server) asking(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.down {
@@ -199,7 +235,7 @@ func (s *Shared) asking(now time.Time) bool {
 	return true
 }
 
-func (s *Shared) answered() {
+func (s *server) answered() {
 	s.mu.Lock()
 	was := s.down
 	s.down = false
@@ -212,7 +248,7 @@ func (s *Shared) answered() {
 	}
 }
 
-func (s *Shared) failed(err error) {
+func (s *server) failed(err error) {
 	now := time.Now()
 	s.mu.Lock()
 	s.down = true
@@ -231,7 +267,7 @@ func (s *Shared) failed(err error) {
 	}
 }
 
-func (s *Shared) observe(backend string) {
+func (s *server) observe(backend string) {
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(backend)
 	}

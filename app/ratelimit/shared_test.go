@@ -221,3 +221,84 @@ func TestSharedFallsBackWhenRedisHangs(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
 }
+
+// TestSiblingIsOneBucketAcrossInstancesApartFromItsParent: a second limit
+// over the same client (the webhook lookups beside the merchant limit) is
+// one bucket across instances too, at its own rate and burst, and a key of
+// it never shares a bucket with the same key of the other namespace.
+func TestSiblingIsOneBucketAcrossInstancesApartFromItsParent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := prefix(t)
+	a, b := newShared(t, redisURL(), p, 1, 20), newShared(t, redisURL(), p, 1, 20)
+	slow := func() *Limiter { return New(Config{Rate: 1.0 / 30, Burst: 3}) }
+	ha, hb := a.Sibling("hooklookup", slow()), b.Sibling("hooklookup", slow())
+	admitted := 0
+	var wait time.Duration
+	for i := range 12 {
+		in := ha
+		if i%2 == 1 {
+			in = hb
+		}
+		ok, w := in.Take(ctx, "ten_1/pay_1")
+		if ok {
+			admitted++
+		} else {
+			wait = w
+		}
+	}
+	require.Equal(t, 3, admitted, "one burst of the sibling's across both instances")
+	require.Greater(t, wait, 20*time.Second, "the sibling's rate (one every 30 s), not its parent's")
+	require.LessOrEqual(t, wait, 31*time.Second)
+
+	for range 10 {
+		ok, _ := a.Take(ctx, "ten_1/pay_1")
+		require.True(t, ok, "the parent's bucket of the same key is its own")
+	}
+	for range 20 {
+		a.Take(ctx, "ten_2")
+	}
+	ok, _ := a.Take(ctx, "ten_2")
+	require.False(t, ok, "the parent's bucket is spent")
+	ok, _ = ha.Take(ctx, "ten_2")
+	require.True(t, ok, "the sibling's bucket of the same key is its own")
+
+	require.NoError(t, ha.Close())
+	require.NoError(t, a.Close(), "the client is closed once, whichever closes it")
+	require.Error(t, a.Ping(ctx))
+}
+
+// TestSiblingSharesItsParentsOutage: while Redis does not answer, a
+// sibling does not ask it again either; one warning, one Up(false).
+func TestSiblingSharesItsParentsOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs syncBuffer
+	var mu sync.Mutex
+	decisions := map[string]int{}
+	var up []bool
+	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		c.RetryEvery = time.Hour
+		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
+	})
+	h := s.Sibling("hooklookup", New(Config{Rate: 1, Burst: 2}))
+	admitted := 0
+	for range 10 {
+		if ok, _ := s.Take(ctx, "k"); ok {
+			admitted++
+		}
+		if ok, _ := h.Take(ctx, "k"); ok {
+			admitted++
+		}
+	}
+	require.Equal(t, 3+2, admitted, "each limit's own local bucket")
+	require.True(t, h.Down())
+	mu.Lock()
+	require.Equal(t, 20, decisions[BackendMemory])
+	require.Equal(t, []bool{false}, up, "Redis was asked once in the hour, by either")
+	mu.Unlock()
+	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
+	require.Panics(t, func() { s.Sibling("a:b", New(Config{Rate: 1})) }, "a colon would let namespaces share keys")
+}
