@@ -165,8 +165,8 @@ func TestRateLimitRedisUnreachableKeepsServing(t *testing.T) {
 	require.Equal(t, map[string]any{"status": "degraded", "database": "ok", "redis": "unreachable"}, ready.JSON(t))
 
 	s := scrapeURL(t, g.URL+"/metrics")
-	require.Equal(t, 5.0, s.value(t, "oncepay_ratelimit_decisions_total", "backend", "memory", "instance", "gw-test-1"))
-	require.Equal(t, 0.0, s.value(t, "oncepay_ratelimit_decisions_total", "backend", "redis"))
+	require.Equal(t, 5.0, s.value(t, "oncepay_ratelimit_decisions_total", "limit", "ratelimit", "backend", "memory", "instance", "gw-test-1"))
+	require.Equal(t, 0.0, s.value(t, "oncepay_ratelimit_decisions_total", "limit", "ratelimit", "backend", "redis"))
 	require.Equal(t, 0.0, s.value(t, "oncepay_ratelimit_redis_up"))
 	require.Equal(t, 1, strings.Count(g.Logs.String(), "Redis unreachable"), "one warning, not one per request")
 	require.NotContains(t, g.Logs.String(), "s3cret-pass", "the URL's password is never logged")

@@ -182,10 +182,12 @@ func New(opt Options) *Metrics {
 	if opt.SharedLimits {
 		m.limitDecisions = f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "ratelimit", Name: "decisions_total",
-			Help: "Rate-limit decisions (a merchant's request, a webhook's provider lookup), by backend: redis (shared by every instance) or memory (this instance's, while Redis does not answer).",
-		}, []string{"backend"})).(*prometheus.CounterVec)
-		m.limitDecisions.WithLabelValues("redis")
-		m.limitDecisions.WithLabelValues("memory")
+			Help: "Rate-limit decisions, by limit (ratelimit: a merchant's requests; hooklookup: the provider lookups webhooks cause) and backend: redis (shared by every instance) or memory (this instance's, while Redis does not answer).",
+		}, []string{"limit", "backend"})).(*prometheus.CounterVec)
+		for _, limit := range []string{"ratelimit", "hooklookup"} {
+			m.limitDecisions.WithLabelValues(limit, "redis")
+			m.limitDecisions.WithLabelValues(limit, "memory")
+		}
 		m.limitRedisUp = f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Subsystem: "ratelimit", Name: "redis_up",
 			Help: "1 when the last call to the rate limiter's Redis was answered, 0 while limits fall back to this instance's memory.",
@@ -346,11 +348,11 @@ func methodLabel(m string) string {
 	return "OTHER"
 }
 
-// ObserveRateLimit counts one rate-limit decision by backend
+// ObserveRateLimit counts one rate-limit decision by limit and backend
 // (ratelimit.SharedConfig.Observe); a no-op without SharedLimits.
-func (m *Metrics) ObserveRateLimit(backend string) {
+func (m *Metrics) ObserveRateLimit(limit, backend string) {
 	if m.limitDecisions != nil {
-		m.limitDecisions.WithLabelValues(backend).Inc()
+		m.limitDecisions.WithLabelValues(limit, backend).Inc()
 	}
 }
 

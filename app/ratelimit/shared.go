@@ -50,7 +50,9 @@ type Shared struct {
 	lim    *redis_rate.Limiter
 	limit  redis_rate.Limit
 	prefix string
-	local  *Limiter
+	// namespace names this limit in its decisions (SharedConfig.Observe).
+	namespace string
+	local     *Limiter
 }
 
 // server is the Redis a Shared and its Siblings ask, and whether it
@@ -88,9 +90,9 @@ type SharedConfig struct {
 	WarnEvery time.Duration
 	// Log receives the down and up messages.
 	Log *slog.Logger
-	// Observe, when set, counts each decision by backend (BackendRedis or
-	// BackendMemory).
-	Observe func(backend string)
+	// Observe, when set, counts each decision by limit (the deciding
+	// limit's namespace) and backend (BackendRedis or BackendMemory).
+	Observe func(limit, backend string)
 	// Up, when set, is told whether Redis answered the last call.
 	Up func(up bool)
 }
@@ -156,11 +158,12 @@ func (s *Shared) Sibling(namespace string, local *Limiter) *Shared {
 
 func sharedOn(srv *server, namespace string, local *Limiter) *Shared {
 	return &Shared{
-		server: srv,
-		lim:    redis_rate.NewLimiter(srv.rdb),
-		limit:  gcraLimit(float64(local.limit), local.burst),
-		prefix: srv.cfg.KeyPrefix + namespace + ":",
-		local:  local,
+		server:    srv,
+		lim:       redis_rate.NewLimiter(srv.rdb),
+		limit:     gcraLimit(float64(local.limit), local.burst),
+		prefix:    srv.cfg.KeyPrefix + namespace + ":",
+		namespace: namespace,
+		local:     local,
 	}
 }
 
@@ -183,7 +186,7 @@ func (s *Shared) Take(ctx context.Context, key string) (bool, time.Duration) {
 		cancel()
 		if err == nil {
 			s.answered()
-			s.observe(BackendRedis)
+			s.observe(s.namespace, BackendRedis)
 			if res.Allowed > 0 {
 				return true, 0
 			}
@@ -194,7 +197,7 @@ func (s *Shared) Take(ctx context.Context, key string) (bool, time.Duration) {
 		}
 		s.failed(err)
 	}
-	s.observe(BackendMemory)
+	s.observe(s.namespace, BackendMemory)
 	return s.local.Allow(key)
 }
 
@@ -267,9 +270,9 @@ func (s *server) failed(err error) {
 	}
 }
 
-func (s *server) observe(backend string) {
+func (s *server) observe(limit, backend string) {
 	if s.cfg.Observe != nil {
-		s.cfg.Observe(backend)
+		s.cfg.Observe(limit, backend)
 	}
 }
 

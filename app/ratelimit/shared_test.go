@@ -98,7 +98,7 @@ func TestSharedFallsBackToMemoryWhileRedisIsDown(t *testing.T) {
 	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
 		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
 		c.RetryEvery = time.Hour
-		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+		c.Observe = func(l, b string) { mu.Lock(); decisions[b]++; decisions[l+"/"+b]++; mu.Unlock() }
 		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
 	})
 	start := time.Now()
@@ -205,7 +205,7 @@ func TestSharedFallsBackWhenRedisHangs(t *testing.T) {
 	s := newShared(t, "redis://"+ln.Addr().String()+"/0", prefix(t), 1, 3, func(c *SharedConfig) {
 		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
 		c.RetryEvery = time.Hour
-		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+		c.Observe = func(l, b string) { mu.Lock(); decisions[b]++; decisions[l+"/"+b]++; mu.Unlock() }
 	})
 	t.Cleanup(func() { _ = s.Close() })
 	admitted := 0
@@ -280,7 +280,7 @@ func TestSiblingSharesItsParentsOutage(t *testing.T) {
 	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
 		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
 		c.RetryEvery = time.Hour
-		c.Observe = func(b string) { mu.Lock(); decisions[b]++; mu.Unlock() }
+		c.Observe = func(l, b string) { mu.Lock(); decisions[b]++; decisions[l+"/"+b]++; mu.Unlock() }
 		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
 	})
 	h := s.Sibling("hooklookup", New(Config{Rate: 1, Burst: 2}))
@@ -297,6 +297,8 @@ func TestSiblingSharesItsParentsOutage(t *testing.T) {
 	require.True(t, h.Down())
 	mu.Lock()
 	require.Equal(t, 20, decisions[BackendMemory])
+	require.Equal(t, 10, decisions["ratelimit/"+BackendMemory], "each decision named by its limit")
+	require.Equal(t, 10, decisions["hooklookup/"+BackendMemory])
 	require.Equal(t, []bool{false}, up, "Redis was asked once in the hour, by either")
 	mu.Unlock()
 	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
