@@ -186,7 +186,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 			"offset", off.Round(time.Millisecond))
 	}
 
-	a.Sim = simulator.New(db, simulator.Config{Latency: cfg.Provider.SimulatorLatency})
+	a.Sim = simulator.New(db, simulator.Config{Latency: cfg.Provider.SimulatorLatency, SettleAfter: cfg.Provider.SimulatorSettleAfter})
 	reg := providers.NewRegistry()
 	if cfg.Provider.Simulator {
 		reg.Register(simulator.Name, nil, a.Sim.Constructor())

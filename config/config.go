@@ -179,6 +179,9 @@ type Provider struct {
 	StripeBaseURL      string        // STRIPE_BASE_URL
 	Timeout            time.Duration // PROVIDER_TIMEOUT
 	SimulatorLatency   time.Duration // SIMULATOR_LATENCY
+	// SimulatorSettleAfter is how long the simulator holds a sim_pending
+	// charge or refund pending (SIMULATOR_SETTLE_AFTER).
+	SimulatorSettleAfter time.Duration
 	// Simulator offers the simulator provider to every tenant
 	// (SIMULATOR_ENABLED; on in development, off in production: it
 	// "charges" without moving money, and a merchant's credentials would
@@ -310,11 +313,12 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		},
 		Auth: Auth{TokenTTL: r.dur("TOKEN_TTL", 15*time.Minute)},
 		Provider: Provider{
-			PaystackBaseURL:    r.url("PAYSTACK_BASE_URL", "https://api.paystack.co"),
-			FlutterwaveBaseURL: r.url("FLUTTERWAVE_BASE_URL", "https://api.flutterwave.com"),
-			StripeBaseURL:      r.url("STRIPE_BASE_URL", "https://api.stripe.com"),
-			Timeout:            r.dur("PROVIDER_TIMEOUT", 20*time.Second),
-			SimulatorLatency:   r.durZero("SIMULATOR_LATENCY", 0),
+			PaystackBaseURL:      r.url("PAYSTACK_BASE_URL", "https://api.paystack.co"),
+			FlutterwaveBaseURL:   r.url("FLUTTERWAVE_BASE_URL", "https://api.flutterwave.com"),
+			StripeBaseURL:        r.url("STRIPE_BASE_URL", "https://api.stripe.com"),
+			Timeout:              r.dur("PROVIDER_TIMEOUT", 20*time.Second),
+			SimulatorLatency:     r.durZero("SIMULATOR_LATENCY", 0),
+			SimulatorSettleAfter: r.dur("SIMULATOR_SETTLE_AFTER", 10*time.Second),
 		},
 		Payments: Payments{
 			Lease:       r.dur("IDEMPOTENCY_LEASE", 30*time.Second),
@@ -420,6 +424,7 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	r.within("TOKEN_TTL", c.Auth.TokenTTL, time.Minute, 24*time.Hour)
 	r.within("PROVIDER_TIMEOUT", c.Provider.Timeout, 100*time.Millisecond, 5*time.Minute)
 	r.within("SIMULATOR_LATENCY", c.Provider.SimulatorLatency, 0, time.Minute)
+	r.within("SIMULATOR_SETTLE_AFTER", c.Provider.SimulatorSettleAfter, time.Second, 24*time.Hour)
 	r.within("SWEEP_INTERVAL", c.Schedule.SweepInterval, 100*time.Millisecond, 24*time.Hour)
 	r.within("KEY_TTL", c.Schedule.KeyTTL, time.Hour, 366*24*time.Hour)
 	r.within("SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 100*time.Millisecond, 10*time.Minute)

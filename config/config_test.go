@@ -177,6 +177,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"ShutdownDelayHuge", map[string]string{"SHUTDOWN_DELAY": "2m"}, "SHUTDOWN_DELAY must be between"},
 		{"ShutdownDelayNegative", map[string]string{"SHUTDOWN_DELAY": "-1s"}, "SHUTDOWN_DELAY"},
 		{"SimulatorLatencyHuge", map[string]string{"SIMULATOR_LATENCY": "100000h"}, "SIMULATOR_LATENCY must be between"},
+		{"SimulatorSettleAfterZero", map[string]string{"SIMULATOR_SETTLE_AFTER": "0s"}, "SIMULATOR_SETTLE_AFTER must be a positive duration"},
+		{"SimulatorSettleAfterHuge", map[string]string{"SIMULATOR_SETTLE_AFTER": "48h"}, "SIMULATOR_SETTLE_AFTER must be between"},
 		{"TokenTTLShort", map[string]string{"TOKEN_TTL": "30s"}, "TOKEN_TTL must be between 1m0s and 24h0m0s"},
 		{"TokenTTLLong", map[string]string{"TOKEN_TTL": "25h"}, "TOKEN_TTL must be between"},
 		{"PreviousJWTIsCurrent", map[string]string{"JWT_SECRET": jwt32, "JWT_SECRET_PREVIOUS": jwt32}, "JWT_SECRET_PREVIOUS is JWT_SECRET itself"},

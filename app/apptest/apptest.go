@@ -63,6 +63,10 @@ func BaseEnv(dbURL, dataDir string) map[string]string {
 		"IDEMPOTENCY_LEASE":     "5s",
 		"SWEEP_STALE_AFTER":     "5s",
 		"RATE_LIMIT_PER_SECOND": "0",
+		// A sim_pending charge or refund settles only when a test says so
+		// (its settle_at): ten seconds of a loaded machine's wall time
+		// would settle it under a test that means it pending.
+		"SIMULATOR_SETTLE_AFTER": "1h",
 	}
 }
 
