@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -334,4 +335,27 @@ func TestNoMigrateOnStartRefusesAnEmptySQLite(t *testing.T) {
 	_, err := newUnmigratedApp(t, "")
 	require.ErrorContains(t, err, "database: the database has no schema")
 	require.ErrorContains(t, err, "run `gateway migrate`")
+}
+
+// The real binary, refused so, exits 1 with one ERROR line saying what to
+// run: no panic, no stack.
+func TestNoMigrateOnStartExitsWithOneLine(t *testing.T) {
+	t.Parallel()
+	bin := apptest.Binary(t)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"MIGRATE_ON_START=false", "GATEWAY_ADDR=127.0.0.1:0"}
+	for k, v := range apptest.BaseEnv("", t.TempDir()) { // an empty SQLite file
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the start is refused: %v\n%s", err, out)
+	require.Equal(t, 1, exit.ExitCode(), "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 1, "%s", out)
+	require.Contains(t, lines[0], "level=ERROR")
+	require.Contains(t, lines[0], "the database has no schema")
+	require.Contains(t, lines[0], "run `gateway migrate`")
+	require.NotContains(t, string(out), "goroutine")
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -245,6 +246,22 @@ func TestMigrateOnStart(t *testing.T) {
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.want, c.Database.MigrateOnStart, tc.name)
 	}
+}
+
+// Every setting the gateway reads is documented in README.md (most in
+// its Configuration table, the providers' URLs under Providers).
+func TestEverySettingIsDocumented(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("config.go")
+	require.NoError(t, err)
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	names := regexp.MustCompile(`r\.[a-zA-Z]+\("([A-Z][A-Z0-9_]+)"`).FindAllStringSubmatch(string(src), -1)
+	require.Greater(t, len(names), 40)
+	for _, n := range names {
+		require.Truef(t, bytes.Contains(readme, []byte("`"+n[1]+"`")), "README.md does not name %s", n[1])
+	}
+	require.True(t, bytes.Contains(readme, []byte("\n| `MIGRATE_ON_START` | `true` |")), "MIGRATE_ON_START in the Configuration table")
 }
 
 func TestSecretsNeverPrint(t *testing.T) {
