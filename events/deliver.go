@@ -194,7 +194,8 @@ const queueMigrationLock = 8402712
 
 // MigrateQueue brings River's tables (the deliveries' queue) up to date
 // on db: `gateway migrate` runs it beside the schema's migrations, and New
-// again (it is idempotent), so the queue is ready whichever ran first.
+// again (it is idempotent), so the queue is ready whichever ran first —
+// unless Config.NoMigrate, when New only checks.
 func MigrateQueue(ctx context.Context, db *gorm.DB, log *slog.Logger) error {
 	q, err := queueOn(db)
 	if err != nil {
