@@ -95,7 +95,8 @@ type App struct {
 	metricsSrv *http.Server
 }
 
-// New opens the database, applies migrations and builds the HTTP app.
+// New opens the database, applies migrations (with MIGRATE_ON_START=false,
+// only checks that `gateway migrate` applied them) and builds the HTTP app.
 func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	// Every line logged with a request's context names the request
 	// (request_id, and idempotency_key behind the guard).
@@ -108,7 +109,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := database.Migrate(db); err != nil {
+	if err := migrateOrCheck(cfg, log, db); err != nil {
 		_ = database.Close(db)
 		return nil, err
 	}
@@ -125,6 +126,25 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// migrateOrCheck applies the schema's migrations, or with
+// MIGRATE_ON_START=false refuses a schema that is not this build's
+// (River's are applied or checked by events.New, as the schema's here).
+func migrateOrCheck(cfg config.Config, log *slog.Logger, db *gorm.DB) error {
+	if cfg.Database.MigrateOnStart {
+		_, err := database.Migrate(db)
+		return err
+	}
+	newer, err := database.CheckMigrated(db)
+	if err != nil {
+		return err
+	}
+	if len(newer) > 0 {
+		log.Warn("the schema is newer than this build: it runs on it (a rolling deploy or a rollback); the schema's newer versions are another release's",
+			"schema_versions_unknown", newer, "build_schema_version", database.Version())
+	}
+	return nil
 }
 
 // InvalidationBound is how long a suspension, a credential rotation or a
@@ -252,7 +272,7 @@ func build(cfg config.Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 		return nil, err
 	}
 	eventsCfg := events.Config{DB: db, Box: box, Schedule: cfg.Webhooks.RetrySchedule, Production: cfg.Production(),
-		Log: log, Now: a.Clock.Now}
+		Log: log, Now: a.Clock.Now, NoMigrate: !cfg.Database.MigrateOnStart}
 	if a.Metrics != nil {
 		eventsCfg.Observe = a.Metrics.ObserveDelivery
 	}

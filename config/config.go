@@ -133,6 +133,13 @@ type Database struct {
 	// and commits (DATABASE_PIPELINE_CONNS; 0 sends every statement on
 	// its own pooled connection).
 	PipelineConns int
+	// MigrateOnStart applies the schema's and River's migrations at start
+	// (MIGRATE_ON_START, default true). False starts only on a database
+	// `gateway migrate` has brought to this build's schema, and sends no
+	// DDL: so the gateway can serve as a role that owns no table, and
+	// cannot drop or disable the audit log's append-only trigger
+	// (README, "Two database roles").
+	MigrateOnStart bool
 }
 
 // DefaultPipelineConns is DATABASE_PIPELINE_CONNS's default.
@@ -307,9 +314,10 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		Addr:    r.str("GATEWAY_ADDR", ":8080"),
 		DataDir: r.str("DATA_DIR", "data"),
 		Database: Database{
-			URL:           Secret(r.str("DATABASE_URL", "")),
-			MaxConns:      r.int("DATABASE_MAX_CONNS", DefaultMaxConns(), 1, 1000),
-			PipelineConns: r.int("DATABASE_PIPELINE_CONNS", DefaultPipelineConns, 0, 64),
+			URL:            Secret(r.str("DATABASE_URL", "")),
+			MaxConns:       r.int("DATABASE_MAX_CONNS", DefaultMaxConns(), 1, 1000),
+			PipelineConns:  r.int("DATABASE_PIPELINE_CONNS", DefaultPipelineConns, 0, 64),
+			MigrateOnStart: r.bool("MIGRATE_ON_START", true),
 		},
 		Auth: Auth{TokenTTL: r.dur("TOKEN_TTL", 15*time.Minute)},
 		Provider: Provider{

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ func TestDefaults(t *testing.T) {
 	host, _ := os.Hostname()
 	require.Equal(t, host, c.Instance, "INSTANCE_ID defaults to the hostname")
 	require.Empty(t, c.Limits.RedisURL, "no Redis: limits in memory")
+	require.True(t, c.Database.MigrateOnStart, "make run and existing deploys migrate at start")
 	require.Equal(t, "oncepay:", c.Limits.RedisKeyPrefix)
 	require.Equal(t, []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
 		5 * time.Hour, 10 * time.Hour, 10 * time.Hour}, c.Webhooks.RetrySchedule)
@@ -192,6 +194,7 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"MySQLURL", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL must be a postgres"},
 		{"BadBaseURL", map[string]string{"PAYSTACK_BASE_URL": "ftp:/x"}, "PAYSTACK_BASE_URL"},
 		{"BadBool", map[string]string{"METRICS_ENABLED": "maybe"}, "METRICS_ENABLED"},
+		{"BadMigrateOnStart", map[string]string{"MIGRATE_ON_START": "later"}, "MIGRATE_ON_START must be true or false"},
 		{"BadInt", map[string]string{"SWEEP_BATCH": "0"}, "SWEEP_BATCH"},
 		{"BadConcurrency", map[string]string{"SWEEP_CONCURRENCY": "0"}, "SWEEP_CONCURRENCY"},
 		{"NaNRate", map[string]string{"SWEEP_PROVIDER_RATE": "NaN"}, "SWEEP_PROVIDER_RATE must be a number"},
@@ -222,6 +225,45 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// MIGRATE_ON_START=false is for production's two roles (README, "Two
+// database roles"), but any environment may use it.
+func TestMigrateOnStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"unset", map[string]string{}, true},
+		{"off", map[string]string{"MIGRATE_ON_START": "false"}, false},
+		{"on", map[string]string{"MIGRATE_ON_START": "true"}, true},
+		{"production, off", map[string]string{"GATEWAY_ENV": "production", "ADMIN_API_KEY": "prod-admin-key-0123456789",
+			"JWT_SECRET": jwt32, "MASTER_KEY": master, "DATABASE_URL": "postgres://gateway@db/oncepay",
+			"MIGRATE_ON_START": "false"}, false},
+	} {
+		tc.env["DATA_DIR"] = t.TempDir()
+		c, err := config.LoadFrom(env(tc.env))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, c.Database.MigrateOnStart, tc.name)
+	}
+}
+
+// Every setting the gateway reads is documented in README.md (most in
+// its Configuration table, the providers' URLs under Providers).
+func TestEverySettingIsDocumented(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("config.go")
+	require.NoError(t, err)
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	names := regexp.MustCompile(`r\.[a-zA-Z]+\("([A-Z][A-Z0-9_]+)"`).FindAllStringSubmatch(string(src), -1)
+	require.Greater(t, len(names), 40)
+	for _, n := range names {
+		require.Truef(t, bytes.Contains(readme, []byte("`"+n[1]+"`")), "README.md does not name %s", n[1])
+	}
+	require.True(t, bytes.Contains(readme, []byte("\n| `MIGRATE_ON_START` | `true` |")), "MIGRATE_ON_START in the Configuration table")
 }
 
 func TestSecretsNeverPrint(t *testing.T) {

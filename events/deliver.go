@@ -89,6 +89,12 @@ type Config struct {
 	Now        func() time.Time
 	// Observe, if set, counts deliveries (outcome) and times attempts.
 	Observe func(outcome string, d time.Duration)
+	// NoMigrate checks that River's migrations are applied instead of
+	// applying them (MIGRATE_ON_START=false: the gateway serves as a role
+	// that owns no table), and leaves River's daily reindexing, which
+	// only an index's owner may run, to that owner (README, "Two database
+	// roles").
+	NoMigrate bool
 }
 
 // Service owns endpoints, the events API's reads and the delivery queue.
@@ -124,7 +130,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	driver := q.driver
-	if err := q.migrate(ctx, cfg.Log); err != nil {
+	var reindex []string // nil: River's default indexes
+	if cfg.NoMigrate {
+		if err := q.check(ctx, cfg.Log); err != nil {
+			return nil, err
+		}
+		reindex = []string{}
+	} else if err := q.migrate(ctx, cfg.Log); err != nil {
 		return nil, err
 	}
 	workers := river.NewWorkers()
@@ -143,8 +155,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 				return purgeArgs{}, &river.InsertOpts{MaxAttempts: 1}
 			}, nil),
 		},
-		FetchPollInterval: 200 * time.Millisecond,
-		JobTimeout:        attemptTimeout + 5*time.Second,
+		ReindexerIndexNames: reindex,
+		FetchPollInterval:   200 * time.Millisecond,
+		JobTimeout:          attemptTimeout + 5*time.Second,
 		// A delivery whose instance died mid-attempt is retried once it
 		// has run 30 s (an attempt ends within JobTimeout, 15 s; River's
 		// default waits an hour); its rescuer looks every 30 s.
@@ -181,7 +194,8 @@ const queueMigrationLock = 8402712
 
 // MigrateQueue brings River's tables (the deliveries' queue) up to date
 // on db: `gateway migrate` runs it beside the schema's migrations, and New
-// again (it is idempotent), so the queue is ready whichever ran first.
+// again (it is idempotent), so the queue is ready whichever ran first —
+// unless Config.NoMigrate, when New only checks.
 func MigrateQueue(ctx context.Context, db *gorm.DB, log *slog.Logger) error {
 	q, err := queueOn(db)
 	if err != nil {
@@ -219,6 +233,29 @@ func (q queueDB) migrate(ctx context.Context, log *slog.Logger) error {
 	}
 	if err := q.up(ctx, m); err != nil {
 		return fmt.Errorf("events: migrate the queue: %w", err)
+	}
+	return nil
+}
+
+// check fails unless River's tables are up to date. A version this build
+// does not know (a newer River's) is no conflict, as for the schema's own
+// migrations (River's Validate, as its Migrate, looks only for the
+// versions it knows).
+func (q queueDB) check(ctx context.Context, log *slog.Logger) error {
+	m, err := rivermigrate.New(q.driver, &rivermigrate.Config{Logger: quiet(log)})
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	res, err := m.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("events: read the queue's (River's) migrations: %w; run `gateway migrate` with this build "+
+			"(as the role that owns the schema) before starting it with MIGRATE_ON_START=false", err)
+	}
+	if !res.OK {
+		all := m.AllVersions()
+		return fmt.Errorf("events: the queue's (River's) tables are behind this build (River version %d): %s; run `gateway migrate` "+
+			"with this build (as the role that owns the schema) before starting it with MIGRATE_ON_START=false",
+			all[len(all)-1].Version, strings.Join(res.Messages, "; "))
 	}
 	return nil
 }

@@ -53,6 +53,48 @@ func TestMigrateRefusesAnotherBuildsHistory(t *testing.T) {
 	})
 }
 
+// CheckMigrated (MIGRATE_ON_START=false) starts only on this build's
+// schema: behind, empty or another build's is refused with the versions
+// and what to run; a newer release's versions are no conflict (an older
+// instance during a rolling deploy, as with Migrate).
+func TestCheckMigrated(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		newer, err := database.CheckMigrated(db)
+		require.NoError(t, err)
+		require.Empty(t, newer)
+
+		last := database.Version()
+		var name string
+		require.NoError(t, db.Raw("SELECT name FROM schema_migrations WHERE version = ?", last).Scan(&name).Error)
+		require.NoError(t, db.Exec("UPDATE schema_migrations SET name = 'someone_elses' WHERE version = ?", last).Error)
+		_, err = database.CheckMigrated(db)
+		require.ErrorContains(t, err, fmt.Sprintf("version %d of this database is \"someone_elses\"", last))
+		require.NoError(t, db.Exec("UPDATE schema_migrations SET name = ? WHERE version = ?", name, last).Error)
+
+		// A version below the newest that the build does not know is
+		// another branch's.
+		_, err = database.CheckMigratedWithout(db, last-1)
+		require.ErrorContains(t, err, fmt.Sprintf("migrations this build does not know below its newest (version %d): %d ", last, last-1))
+
+		require.NoError(t, db.Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'newer', ?)", last+1, time.Now().UTC()).Error)
+		newer, err = database.CheckMigrated(db)
+		require.NoError(t, err)
+		require.Equal(t, []int{last + 1}, newer)
+
+		require.NoError(t, db.Exec("DELETE FROM schema_migrations WHERE version IN (?, ?)", last-1, last).Error)
+		_, err = database.CheckMigrated(db)
+		require.EqualError(t, err, fmt.Sprintf("database: the schema is behind this build (version %d): not applied: %d %s, %d %s; "+
+			"run `gateway migrate` with this build (as the role that owns the schema) before starting it with MIGRATE_ON_START=false",
+			last, last-1, database.Name(last-1), last, name))
+
+		require.NoError(t, db.Exec("DROP TABLE schema_migrations").Error)
+		_, err = database.CheckMigrated(db)
+		require.ErrorContains(t, err, "the database has no schema")
+		require.ErrorContains(t, err, "run `gateway migrate`")
+	})
+}
+
 // Advise names the statistics settings that are off, and nothing else.
 func TestAdviseNamesStatisticsSettingsThatAreOff(t *testing.T) {
 	t.Parallel()

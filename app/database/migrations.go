@@ -2,6 +2,7 @@ package database
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -588,27 +589,103 @@ func Migrate(db *gorm.DB) (applied int, err error) {
 // the build would take the other's table for its own and skip its own —
 // or stop half way on a "table already exists".
 func sameHistory(db *gorm.DB, ms []migration) error {
-	if !db.Migrator().HasTable("schema_migrations") {
-		return nil
-	}
-	var done []struct {
-		Version int
-		Name    string
-	}
-	if err := db.Raw("SELECT version, name FROM schema_migrations").Scan(&done).Error; err != nil {
+	done, err := history(db)
+	if err != nil {
 		return fmt.Errorf("database: migrate: %w", err)
 	}
-	names := make(map[int]string, len(ms))
+	return sameNames(done, ms)
+}
+
+// sameNames refuses done (history's) where it names a version of ms
+// otherwise.
+func sameNames(done map[int]string, ms []migration) error {
 	for _, m := range ms {
-		names[m.Version] = m.Name
-	}
-	for _, d := range done {
-		if want, ok := names[d.Version]; ok && want != d.Name {
+		if name, ok := done[m.Version]; ok && name != m.Name {
 			return fmt.Errorf("database: migrate: version %d of this database is %q, of this build %q: another build migrated it; "+
-				"run that build, or restore the database from before it", d.Version, d.Name, want)
+				"run that build, or restore the database from before it", m.Version, name, m.Name)
 		}
 	}
 	return nil
+}
+
+// history is what schema_migrations records: each applied version's name,
+// nil when the table does not exist (a database never migrated).
+func history(db *gorm.DB) (map[int]string, error) {
+	if !db.Migrator().HasTable("schema_migrations") {
+		return nil, nil
+	}
+	var rows []struct {
+		Version int
+		Name    string
+	}
+	if err := db.Raw("SELECT version, name FROM schema_migrations").Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	done := make(map[int]string, len(rows))
+	for _, r := range rows {
+		done[r.Version] = r.Name
+	}
+	return done, nil
+}
+
+// CheckMigrated is the start of a gateway that does not migrate
+// (MIGRATE_ON_START=false): it refuses, with one error that names the
+// versions and says to run `gateway migrate`, a database this build would
+// migrate — a version it knows not applied, or none at all — and one
+// another build migrated (a version it knows under another name, or one
+// below its newest that it does not know: a branch's). Versions above its
+// newest are a newer release's (this is the older binary of a rolling
+// deploy or a rollback, which runs on a newer schema, README
+// "Configuration"): they are returned, for the start to log, not refused.
+// It only reads, so the role that serves needs no more than SELECT on
+// schema_migrations.
+func CheckMigrated(db *gorm.DB) (newer []int, err error) {
+	return checkMigrated(db, migrations)
+}
+
+func checkMigrated(db *gorm.DB, ms []migration) (newer []int, err error) {
+	const run = "run `gateway migrate` with this build (as the role that owns the schema) before starting it with MIGRATE_ON_START=false"
+	done, err := history(db)
+	if err != nil {
+		return nil, fmt.Errorf("database: read the schema's migrations: %w; %s", err, run)
+	}
+	newest := ms[len(ms)-1]
+	if done == nil {
+		return nil, fmt.Errorf("database: the database has no schema (no schema_migrations table; this build's schema is version %d); %s",
+			newest.Version, run)
+	}
+	if err := sameNames(done, ms); err != nil {
+		return nil, err
+	}
+	known := make(map[int]bool, len(ms))
+	var missing []string
+	for _, m := range ms {
+		known[m.Version] = true
+		if _, ok := done[m.Version]; !ok {
+			missing = append(missing, fmt.Sprintf("%d %s", m.Version, m.Name))
+		}
+	}
+	var foreign []string
+	for v, name := range done {
+		switch {
+		case known[v]:
+		case v > newest.Version:
+			newer = append(newer, v)
+		default:
+			foreign = append(foreign, fmt.Sprintf("%d %s", v, name))
+		}
+	}
+	slices.Sort(newer)
+	slices.Sort(foreign)
+	if len(foreign) > 0 {
+		return nil, fmt.Errorf("database: the database has migrations this build does not know below its newest (version %d): %s; "+
+			"another build migrated it: run that build, or restore the database from before it", newest.Version, strings.Join(foreign, ", "))
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("database: the schema is behind this build (version %d): not applied: %s; %s",
+			newest.Version, strings.Join(missing, ", "), run)
+	}
+	return newer, nil
 }
 
 // apply applies the migrations of ms not applied yet, in order.
@@ -669,19 +746,12 @@ func apply(db *gorm.DB, ms []migration) (applied int, err error) {
 // reads as not applied. Anything unclear says no, and Migrate goes on under
 // its lock as always.
 func upToDate(db *gorm.DB) bool {
-	if !db.Migrator().HasTable("schema_migrations") {
+	done, err := history(db)
+	if err != nil || done == nil {
 		return false
-	}
-	var done []int
-	if err := db.Raw("SELECT version FROM schema_migrations").Scan(&done).Error; err != nil {
-		return false
-	}
-	have := make(map[int]bool, len(done))
-	for _, v := range done {
-		have[v] = true
 	}
 	for _, m := range migrations {
-		if !have[m.Version] {
+		if _, ok := done[m.Version]; !ok {
 			return false
 		}
 	}
