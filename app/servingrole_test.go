@@ -150,9 +150,11 @@ func TestServingRoleCannotRewriteTheAuditLog(t *testing.T) {
 	t.Cleanup(func() { _ = database.Close(owner) })
 	require.NoError(t, events.MigrateQueue(ctx, owner, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	// The schema of the release before migration 21, which creates a
-	// table (tenant_create_keys) and nothing else.
+	// table (tenant_create_keys) and nothing else, as does 22
+	// (payment_recheck_news).
 	const release, table = 21, "tenant_create_keys"
 	require.NoError(t, owner.Exec("DROP TABLE "+table).Error)
+	require.NoError(t, owner.Exec("DROP TABLE payment_recheck_news").Error)
 	require.NoError(t, owner.Exec("DELETE FROM schema_migrations WHERE version >= ?", release).Error)
 
 	schema := schemaOf(t, ownerDSN)

@@ -111,11 +111,10 @@ type Payment struct {
 	// lease DueRechecks took on the payment's recheck ends: its lookup is
 	// made within it, as a claim's is.
 	recheckLease time.Time
-	// recheckTaken is recheck_at as DueRechecks wrote it when it took the
-	// payment (the database's text of it; empty when not taken that way):
-	// the recheck's outcome is written only while it is still that value
+	// recheckTaken says DueRechecks took the payment's recheck: its
+	// outcome is written only if no provider's news came since
 	// (Store.lookLater).
-	recheckTaken string
+	recheckTaken bool
 }
 
 // age is AgeSeconds as a duration.

@@ -510,7 +510,7 @@ func (s *Service) lookUpRefundInstead(ctx context.Context, claim idempotency.Cla
 		return s.unknownRefund(ctx, claim, r)
 	}
 	switch st {
-	case Resolved, Skipped:
+	case Resolved, Skipped, Reopened: // Reopened: released, then found made after all (lookRefundOnceMore)
 		return s.storedAnswer(ctx, claim)
 	case Released:
 		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",
@@ -559,6 +559,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 	at := s.now()
 	res, err := s.lookupRefund(lctx, &r)
 	cancelLookup()
+	caller := ctx
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	mayRelease = mayRelease && claim.SinceAttempt >= s.refundReleaseAfter(ctx, &r)
@@ -580,7 +581,7 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 		}
 		s.cfg.Log.InfoContext(ctx, "refund released: the provider has no record of it (failed not_processed; its amount given back, its key free for a retry, a recheck scheduled)",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "idempotency_key", claim.Key, "provider", r.Provider)
-		return Released, nil
+		return s.lookRefundOnceMore(caller, r), nil
 	}
 	if _, err := s.finishRefund(ctx, claim, &r, res); err != nil {
 		return "", err
@@ -588,6 +589,44 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 	s.cfg.Log.InfoContext(ctx, "refund settled by lookup", "merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID,
 		"idempotency_key", claim.Key, "provider", r.Provider, "outcome", string(res.Outcome))
 	return Resolved, nil
+}
+
+// lookRefundOnceMore is lookOnceMore for a refund just released as never
+// made: Reopened when the provider has made it after all (re-opened as
+// succeeded, its key re-created done), Pending when it has it in flight
+// (back to pending, its key in progress), Released otherwise. A refund
+// that landed while the release's lookup was out had its event put off
+// (the key was held), and the merchant, told it failed, might refund the
+// customer again before its recheck RECHECK_AFTER later.
+func (s *Service) lookRefundOnceMore(ctx context.Context, r Refund) Settlement {
+	res, err := providers.RefundResult{}, s.pace(ctx, r.Provider, time.Time{})
+	if err == nil {
+		res, err = s.lookupRefund(ctx, &r)
+	}
+	if err != nil {
+		if !errors.Is(err, errNoTurn) && ctx.Err() == nil {
+			s.cfg.Log.WarnContext(ctx, "could not look a released refund up once more; its recheck is scheduled",
+				"merchant_id", r.MerchantID, "refund_id", r.ID, "provider", r.Provider, "err", err)
+		}
+		return Released
+	}
+	if res.Outcome != providers.OutcomeSucceeded && res.Outcome != providers.OutcomePending {
+		return Released
+	}
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	st, err := s.reopenReleasedRefund(rctx, r, res)
+	switch {
+	case err != nil:
+		s.cfg.Log.WarnContext(ctx, "could not record what a released refund's second look found; its recheck is scheduled",
+			"merchant_id", r.MerchantID, "refund_id", r.ID, "provider", r.Provider, "err", err)
+		return Released
+	case st == Reopened && res.Outcome == providers.OutcomePending:
+		return Pending
+	case st == Reopened:
+		return Reopened
+	}
+	return Released
 }
 
 // refundReleaseAfter is how long after a refund was last sent "the provider
@@ -938,7 +977,14 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 		// since (a card closed), and this look may be the only word of it
 		// (no webhook set up, or lost): the ledger follows the provider,
 		// as for that webhook.
-		_, err = s.failSince(ctx, &r, res)
+		fctx, cancel := s.recordContext(ctx)
+		_, err = s.failSince(fctx, &r, res)
+		cancel()
+		if err != nil {
+			// Not recorded: this look may be the only word of it, so the
+			// watch goes on.
+			next = s.cfg.StaleAfter
+		}
 	case res.Outcome != providers.OutcomeSucceeded && r.Status == RefundSucceeded:
 		s.cfg.Log.ErrorContext(ctx, "the provider has no refund for one an operator resolved as succeeded; the customer was not refunded",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
@@ -960,7 +1006,7 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 func (s *Service) resolvedByOperator(ctx context.Context, r *Refund) bool {
 	var n int64
 	err := s.db.WithContext(ctx).Model(&audit.Event{}).
-		Where("target_type = ? AND target_id = ? AND action = ?", "refund", r.ID, audit.RefundResolved).
+		Where("target_type = ? AND target_id = ? AND tenant_id = ? AND action = ?", "refund", r.ID, r.MerchantID, audit.RefundResolved).
 		Limit(1).Count(&n).Error
 	return err != nil || n > 0
 }

@@ -3,15 +3,21 @@ package payments_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/oncepay/gateway/app/apptest"
 	"github.com/oncepay/gateway/app/database/dbclock"
@@ -1588,7 +1594,17 @@ func TestRefundEventsAboutASucceededRefund(t *testing.T) {
 // and it is not reported as an operator's resolution gone wrong.
 func TestALeftRecheckFindsARefundFailedSince(t *testing.T) {
 	t.Parallel()
-	st, g, m := stripeMerchant(t)
+	st := stripetest.New(t)
+	a, logs, _ := apptest.Build(t, apptest.Env("STRIPE_BASE_URL", st.URL))
+	var blip atomic.Bool // the database refuses the refund's update
+	require.NoError(t, a.DB().Callback().Update().Before("gorm:update").Register("refund_update_blip", func(tx *gorm.DB) {
+		if tx.Statement.Table == "refunds" && blip.Load() {
+			tx.AddError(errors.New("a database blip"))
+		}
+	}))
+	g, _ := apptest.Serve(t, a, logs)
+	m := g.Onboard(map[string]any{"default_provider": "stripe", "providers": map[string]any{
+		"stripe": map[string]string{"secret_key": stripetest.SecretKey, "webhook_secret": stripetest.WebhookSecret}}})
 	b := body(stripetest.TokenSuccess)
 	b["currency"] = "USD"
 	paid := g.Pay(m, "p", b)
@@ -1611,6 +1627,17 @@ func TestALeftRecheckFindsARefundFailedSince(t *testing.T) {
 	require.EqualValues(t, 5000, amountRefunded(t, g, m, id))
 
 	require.NoError(t, st.FailRefund(ref))
+	// The failure cannot be recorded at the first look: the watch goes
+	// on, since nothing else may ever say so.
+	blip.Store(true)
+	dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
+	sweep(t, g)
+	blip.Store(false)
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+refundID).JSON(t)["status"])
+	var watched int64
+	require.NoError(t, g.App.DB().Table("refund_rechecks").Where("refund_id = ?", refundID).Count(&watched).Error)
+	require.EqualValues(t, 1, watched, "looked at again")
+
 	dbtest.Age(t, g.App.DB(), 2*time.Hour, "refund_rechecks", "recheck_at")
 	sweep(t, g)
 	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
@@ -1624,4 +1651,67 @@ func TestALeftRecheckFindsARefundFailedSince(t *testing.T) {
 	require.NotContains(t, g.Logs.String(), "operator resolved as succeeded")
 	again := refundOf(g, m, id, "r", map[string]any{"amount": 5000})
 	require.Equal(t, string(retry.Body), string(again.Body), "the key replays what was answered then")
+}
+
+// A refund that lands at the provider while the sweeper's lookup, the one
+// that releases it as never made, is on its way back: its event comes in
+// that moment and is put off (the sweeper holds the key). The sweeper
+// looks once more after the release and re-opens the refund as
+// succeeded, instead of telling the merchant it failed — who might refund
+// the customer again — until its recheck RECHECK_AFTER later.
+func TestARefundLandingDuringTheReleasingLookupIsNotLost(t *testing.T) {
+	t.Parallel()
+	ps := paystacktest.New(t)
+	u, err := url.Parse(ps.URL)
+	require.NoError(t, err)
+	var (
+		g     *apptest.Gateway
+		m     apptest.Merchant
+		ref   string
+		armed atomic.Bool
+		hooks = make(chan apptest.Response, 1)
+	)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if r.Request.Method == http.MethodGet && r.Request.URL.Path == "/refund" && armed.CompareAndSwap(true, false) {
+			// Listed without ours — and ours lands before the answer is back.
+			ps.Land(ref)
+			h, raw, err := ps.RefundWebhook(ref)
+			if err != nil {
+				return err
+			}
+			hooks <- g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	g = apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", srv.URL))
+	m = g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	pay := g.Pay(m, "p", body(paystacktest.TokenSuccess))
+	require.Equal(t, http.StatusCreated, pay.StatusCode, string(pay.Body))
+	id := pay.JSON(t)["id"].(string)
+	ref = providers.RefundReference(m.ID, "r")
+	ps.LandLateNext()
+	lost := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, http.StatusAccepted, lost.StatusCode, string(lost.Body))
+	refundID := lost.JSON(t)["id"].(string)
+
+	ageKeys(t, g, time.Hour)
+	armed.Store(true)
+	c := sweep(t, g)
+	require.False(t, armed.Load(), "the refund landed during the sweeper's lookup")
+	hook := <-hooks
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.NotEqual(t, "refunds_settled", hook.JSON(t)["status"], "put off: the sweeper held the key")
+
+	require.Equal(t, 1, c.Reopened, "%+v", c)
+	got := g.Get(m, "/v1/refunds/"+refundID).JSON(t)
+	require.Equal(t, "succeeded", got["status"])
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+	retry := refundOf(g, m, id, "r", map[string]any{"amount": 1500})
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.Equal(t, 1, ps.Refunds(ref), "refunded once")
 }

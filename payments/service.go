@@ -429,7 +429,7 @@ func (s *Service) lookUpInstead(ctx context.Context, claim idempotency.Claim, p 
 		return s.unknown(ctx, claim, p)
 	}
 	switch st {
-	case Resolved, Skipped:
+	case Resolved, Skipped, Reopened: // Reopened: released, then found after all (lookOnceMore)
 		return s.storedAnswer(ctx, claim)
 	case Released:
 		return Answer{}, problem.New(fiber.StatusServiceUnavailable, "provider_unavailable",

@@ -161,6 +161,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 	res, err = s.ours(ctx, &p, cleaned(ctx, s.cfg.Log, p.Provider, "lookup", res), err)
 	// Recording what the provider said gets its own time: a lookup that
 	// used up the caller's budget must still end the claim properly.
+	caller := ctx
 	ctx, cancel := s.recordContext(ctx)
 	defer cancel()
 	looked := asked{res: res, err: err, at: &at}
@@ -192,7 +193,7 @@ func (s *Service) settle(ctx context.Context, claim idempotency.Claim, mayReleas
 		}
 		s.cfg.Log.InfoContext(ctx, "payment released: the provider has no record of it (failed not_processed; its key free for a retry, a recheck scheduled)",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "idempotency_key", claim.Key, "provider", p.Provider)
-		return s.lookOnceMore(ctx, p), nil
+		return s.lookOnceMore(caller, p), nil
 	default:
 		return s.stillUnknown(ctx, claim, &p, nil, looked)
 	}
@@ -299,26 +300,42 @@ func (s *Service) stillInReview(ctx context.Context, claim idempotency.Claim, me
 }
 
 // lookOnceMore looks a payment just released as never charged up again,
-// now that its key is free, and re-opens it if the charge is there after
-// all. A charge that landed while the release's lookup was out had its
-// webhook answered "deferred" (the key was the releasing settler's), and a
-// provider that took that 200 as delivered never sends it again: without
-// this look the payment would read failed, and a merchant might charge
-// the customer anew, until its scheduled recheck RECHECK_AFTER later. A
-// charge that lands after this look finds the key free: its webhook
-// re-opens the payment itself. Whatever this look cannot settle is left to
-// that recheck, so its failure is only logged.
+// now that its key is free: Reopened when the provider has the charge
+// final after all (its key re-created done with the answer), Pending when
+// it has it in flight (back to processing, its key in progress), Released
+// otherwise. A charge that landed while the release's lookup was out had
+// its webhook answered "deferred" (the key was the releasing settler's),
+// and a provider that took that 200 as delivered never sends it again:
+// without this look the payment would read failed, and a merchant might
+// charge the customer anew, until its scheduled recheck RECHECK_AFTER
+// later. A charge that lands after this look finds the key free: its
+// webhook re-opens the payment itself. The look is the caller's, in its
+// budget and at its pace (ctx: the sweep's, a poll's, a retry's); what it
+// cannot settle is left to that recheck, so its failure is only logged.
 func (s *Service) lookOnceMore(ctx context.Context, p Payment) Settlement {
-	st, err := s.recheck(ctx, p, false)
-	if conflicted(err) {
-		err = nil
-	}
+	res, err := s.lookup(ctx, &p)
 	if err != nil {
-		s.cfg.Log.WarnContext(ctx, "could not look a released payment up once more; its recheck is scheduled",
+		if !errors.Is(err, errNoTurn) && ctx.Err() == nil && !conflicted(err) {
+			s.cfg.Log.WarnContext(ctx, "could not look a released payment up once more; its recheck is scheduled",
+				"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", err)
+		}
+		return Released
+	}
+	rctx, cancel := s.recordContext(ctx)
+	defer cancel()
+	st := Released
+	switch {
+	case res.Outcome.Final():
+		st, err = s.reopen(rctx, &p, res)
+	case res.Outcome == providers.OutcomePending:
+		st, err = s.reinstate(rctx, &p)
+	}
+	if err != nil && !conflicted(err) {
+		s.cfg.Log.WarnContext(ctx, "could not record what a released payment's second look found; its recheck is scheduled",
 			"merchant_id", p.MerchantID, "payment_id", p.ID, "provider", p.Provider, "err", err)
 	}
-	if st == Reopened {
-		return Reopened
+	if err != nil || (st != Reopened && st != Pending) {
+		return Released
 	}
-	return Released
+	return st
 }

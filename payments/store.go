@@ -417,17 +417,12 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 				Update("recheck_at", dbclock.Plus(tx, lease)).Error; err != nil {
 				return err
 			}
-			var taken []struct{ ID, At string }
-			if err := tx.Raw(`SELECT id, CAST(recheck_at AS TEXT) AS at FROM payments WHERE merchant_id = ? AND id IN ?`,
-				m, ids).Scan(&taken).Error; err != nil {
+			// News from before this take is what its lookup will see.
+			if err := tx.Exec(`DELETE FROM payment_recheck_news WHERE merchant_id = ? AND payment_id IN ?`, m, ids).Error; err != nil {
 				return err
 			}
-			at := make(map[string]string, len(taken))
-			for _, r := range taken {
-				at[r.ID] = r.At
-			}
 			for i := range due {
-				due[i].recheckTaken = at[due[i].ID]
+				due[i].recheckTaken = true
 			}
 			return nil
 		})
@@ -455,7 +450,8 @@ GROUP BY merchant_id ORDER BY min(recheck_at) LIMIT ?`
 // longer awaiting that recheck: a retry re-opened it meanwhile (its
 // attempts moved on, and it may have sent a charge the lookup could not
 // have seen), or a provider's event asked for a look since the sweeper
-// took it (LookAgainBy), which is newer news than this lookup.
+// took it (LookAgainBy), which is newer news than this lookup: the recheck
+// then stays due when the sweeper's lease ends, for another look.
 func (s *Store) RecheckLater(ctx context.Context, p Payment, after time.Duration) (ok bool, err error) {
 	return s.lookLater(ctx, p, after)
 }
@@ -469,8 +465,8 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 	}
 	q := s.exec(ctx, nil).Model(&Payment{}).
 		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts)
-	if p.recheckTaken != "" {
-		q = q.Where("CAST(recheck_at AS TEXT) = ?", p.recheckTaken)
+	if p.recheckTaken {
+		q = q.Where(`NOT EXISTS (SELECT 1 FROM payment_recheck_news n WHERE n.merchant_id = payments.merchant_id AND n.payment_id = payments.id)`)
 	}
 	res := q.Update("recheck_at", at)
 	return res.RowsAffected == 1, interpret("recheck later", res.Error)
@@ -481,18 +477,26 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 // database's time + after unless one is due sooner. For news a webhook
 // brought that the gateway could not look at then (webhookLookupRefused).
 //
-// A recheck due sooner is still moved, by a millisecond earlier: it may be
-// a sweeper's lease on a lookup already in flight, made before this news,
-// and the changed value keeps that lookup from ending the recheck when it
-// finds nothing (lookLater); the look then comes again when the lease
-// ends. Earlier, never later: copies of an event cannot put a look off.
+// A recheck due sooner may be a sweeper's lease on a lookup already in
+// flight, made before this news: the news is also recorded
+// (payment_recheck_news), and keeps that lookup from ending the recheck
+// when it finds nothing (lookLater); the look then comes again when the
+// lease ends. Copies of an event write nothing more: the recheck is
+// already due, the news already recorded. Never later: copies cannot put
+// a look off.
 func (s *Store) LookAgainBy(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) error {
 	db := s.exec(ctx, nil)
 	at := dbclock.Plus(db, after)
-	return interpret("look again", db.Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ?", merchantID, id, status, attempts).
-		Update("recheck_at", gorm.Expr("CASE WHEN recheck_at IS NULL OR recheck_at > ? THEN ? ELSE ? END",
-			at, at, dbclock.Shift(db, "recheck_at", -time.Millisecond))).Error)
+	if err := db.Model(&Payment{}).
+		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND (recheck_at IS NULL OR recheck_at > ?)",
+			merchantID, id, status, attempts, at).
+		Update("recheck_at", at).Error; err != nil {
+		return interpret("look again", err)
+	}
+	return interpret("look again", db.Exec(`INSERT INTO payment_recheck_news (merchant_id, payment_id)
+SELECT CAST(? AS TEXT), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM payments
+  WHERE merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND recheck_at IS NOT NULL)
+ON CONFLICT (merchant_id, payment_id) DO NOTHING`, merchantID, id, merchantID, id, status, attempts).Error)
 }
 
 // MarkReview flags a payment still processing for a human; ok is false

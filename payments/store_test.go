@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/gateway/app/database"
 	"github.com/oncepay/gateway/app/database/dbtest"
 )
 
@@ -104,18 +105,29 @@ func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
 		require.True(t, ok)
 		require.Nil(t, recheckAt("pay_quiet"))
 
-		// An event asks for a look while the lookup is in flight.
+		// An event asks for a look while the lookup is in flight, and
+		// copies of it follow.
 		released("pay_raced", &past)
 		taken := take("pay_raced")
 		lease := recheckAt("pay_raced")
-		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_raced", StatusFailed, 1, 30*time.Second))
-		moved := recheckAt("pay_raced")
-		require.NotNil(t, moved)
-		require.True(t, moved.Before(*lease), "the lease's end, a little sooner: %v, was %v", moved, lease)
+		for range 3 {
+			require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_raced", StatusFailed, 1, 30*time.Second))
+		}
+		require.Equal(t, lease, recheckAt("pay_raced"), "due within after already: left as it is")
+		var news int64
+		require.NoError(t, db.Table("payment_recheck_news").Where("merchant_id = ?", "ten_look").Count(&news).Error)
+		require.EqualValues(t, 1, news, "the news recorded once, whatever the copies")
 		ok, err = s.RecheckLater(ctx, taken, 0)
 		require.NoError(t, err)
 		require.False(t, ok, "the lookup was made before the event's news")
-		require.Equal(t, moved, recheckAt("pay_raced"), "looked at again when the lease ends")
+		require.Equal(t, lease, recheckAt("pay_raced"), "looked at again when the lease ends")
+		// Taken again (the lease ended): that lookup comes after the news,
+		// and may end the recheck.
+		require.NoError(t, db.Model(&Payment{}).Where("id = ?", "pay_raced").Update("recheck_at", past).Error)
+		ok, err = s.RecheckLater(ctx, take("pay_raced"), 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Nil(t, recheckAt("pay_raced"))
 
 		// Copies never put a look off; a far one is brought to within after.
 		soon := time.Now().UTC().Add(5 * time.Second)
@@ -130,4 +142,31 @@ func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
 		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_none", StatusFailed, 1, 30*time.Second))
 		require.NotNil(t, recheckAt("pay_none"))
 	})
+}
+
+// A refund recheck's outcome is written while the recheck is still the
+// one DueRefundRechecks took, compared as the instant it is: PostgreSQL
+// writes a timestamp's text in the session's TimeZone, and a connection
+// set to another zone (a role's or database's setting, a pooler) must
+// still recognise the value, or the recheck would never end.
+func TestARefundRecheckIsRecognisedInAnotherTimeZone(t *testing.T) {
+	t.Parallel()
+	db := dbtest.PostgresWith(t, database.Options{MaxOpenConns: 1})
+	ctx := context.Background()
+	s := NewStore(db)
+	require.NoError(t, db.Exec("SET TIME ZONE 'UTC'").Error)
+	r := Refund{MerchantID: "ten_tz", ID: "re_tz", PaymentID: "pay_tz", IdempotencyKey: "k", Amount: 100, Currency: "NGN",
+		Status: RefundFailed, Metadata: "{}", Provider: "paystack", ProviderReference: "ref", FailureCode: FailureNotProcessed, Attempts: 1}
+	require.NoError(t, s.insertRefund(ctx, nil, &r))
+	require.NoError(t, s.scheduleRefundRecheck(ctx, nil, r.MerchantID, r.ID, -time.Minute))
+	due, err := s.DueRefundRechecks(ctx, 10, 30*time.Second)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	require.NotEmpty(t, due[0].recheckTaken)
+
+	require.NoError(t, db.Exec("SET TIME ZONE 'Africa/Lagos'").Error)
+	require.NoError(t, s.refundRecheckLater(ctx, r.MerchantID, r.ID, r.Attempts, 0, due[0].recheckTaken))
+	var left int64
+	require.NoError(t, db.Table("refund_rechecks").Where("refund_id = ?", r.ID).Count(&left).Error)
+	require.Zero(t, left, "the recheck the sweeper took, ended")
 }

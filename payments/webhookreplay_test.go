@@ -233,6 +233,59 @@ func TestARefusedEventLeavesAnOldFailedPaymentAlone(t *testing.T) {
 	require.Equal(t, payments.FailureNotProcessed, p.FailureCode)
 }
 
+// landing is a Paystack payment under key "landing" charged with its
+// answer lost (202), whose charge the provider shows only once arm is
+// called and a lookup then finds nothing: it lands while that "not found"
+// is on its way back, and the provider's event about it is posted to the
+// gateway at that moment (its answer in hooks).
+type landing struct {
+	ps    *paystacktest.Server
+	g     *apptest.Gateway
+	m     apptest.Merchant
+	ref   string
+	armed atomic.Bool
+	hooks chan apptest.Response
+}
+
+func landingDuringALookup(t *testing.T) *landing {
+	t.Helper()
+	l := &landing{ps: paystacktest.New(t), hooks: make(chan apptest.Response, 1)}
+	u, err := url.Parse(l.ps.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if strings.Contains(r.Request.URL.Path, "/transaction/verify/") && r.StatusCode == http.StatusBadRequest &&
+			l.armed.CompareAndSwap(true, false) {
+			l.ps.Land(l.ref)
+			h, raw, err := l.ps.Webhook(l.ref)
+			if err != nil {
+				return err
+			}
+			l.hooks <- l.g.Do("POST", "/v1/webhooks/paystack/"+l.m.ID, raw, headerPairs(h)...)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	l.g = apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", srv.URL))
+	l.m = l.g.Onboard(map[string]any{"default_provider": "paystack",
+		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
+	l.ref = providers.Reference(l.m.ID, "landing")
+	l.ps.LandLateNext()
+	require.Equal(t, http.StatusAccepted, l.g.Pay(l.m, "landing", body(paystacktest.TokenSuccess)).StatusCode)
+	return l
+}
+
+// landed requires that the charge landed during a lookup, and the event
+// then posted was put off: its key was held by whoever looked.
+func (l *landing) landed(t *testing.T) {
+	t.Helper()
+	require.False(t, l.armed.Load(), "the charge landed during the lookup")
+	hook := <-l.hooks
+	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
+	require.Equal(t, "deferred", hook.JSON(t)["status"], "the key was held")
+}
+
 // A charge that lands while the sweeper's lookup is out: the lookup says
 // "not found", and the provider's event, arriving meanwhile, is put off
 // (the sweeper holds the key) with a 200 the provider takes as delivered,
@@ -241,55 +294,39 @@ func TestARefusedEventLeavesAnOldFailedPaymentAlone(t *testing.T) {
 // merchant charging the customer anew — until its recheck an hour later.
 func TestAChargeLandingDuringTheReleasingLookupIsNotLost(t *testing.T) {
 	t.Parallel()
-	ps := paystacktest.New(t)
-	u, err := url.Parse(ps.URL)
-	require.NoError(t, err)
-	var (
-		g     *apptest.Gateway
-		m     apptest.Merchant
-		ref   string
-		armed atomic.Bool
-		hooks = make(chan apptest.Response, 1)
-	)
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	proxy.ModifyResponse = func(r *http.Response) error {
-		if strings.Contains(r.Request.URL.Path, "/transaction/verify/") && r.StatusCode == http.StatusBadRequest &&
-			armed.CompareAndSwap(true, false) {
-			// Not found — and the charge lands before the answer is back.
-			ps.Land(ref)
-			h, raw, err := ps.Webhook(ref)
-			if err != nil {
-				return err
-			}
-			hooks <- g.Do("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
-		}
-		return nil
-	}
-	srv := httptest.NewServer(proxy)
-	t.Cleanup(srv.Close)
-	g = apptest.Start(t, apptest.Env("PAYSTACK_BASE_URL", srv.URL))
-	m = g.Onboard(map[string]any{"default_provider": "paystack",
-		"providers": map[string]any{"paystack": map[string]string{"secret_key": paystacktest.SecretKey}}})
-	ref = providers.Reference(m.ID, "landing")
-
-	ps.LandLateNext()
-	require.Equal(t, http.StatusAccepted, g.Pay(m, "landing", body(paystacktest.TokenSuccess)).StatusCode)
-	ageKeys(t, g, time.Hour)
-	armed.Store(true)
-	c := sweep(t, g)
-	require.False(t, armed.Load(), "the charge landed during the sweeper's lookup")
-	hook := <-hooks
-	require.Equal(t, http.StatusOK, hook.StatusCode, string(hook.Body))
-	require.Equal(t, "deferred", hook.JSON(t)["status"], "the sweeper held the key")
+	l := landingDuringALookup(t)
+	ageKeys(t, l.g, time.Hour)
+	l.armed.Store(true)
+	c := sweep(t, l.g)
+	l.landed(t)
 
 	require.Equal(t, 1, c.Reopened, "%+v", c)
-	p := ledgerByKey(t, g, m.ID, "landing")
+	p := ledgerByKey(t, l.g, l.m.ID, "landing")
 	require.Equal(t, payments.StatusSucceeded, p.Status)
 	require.Nil(t, p.RecheckAt)
-	retry := g.Pay(m, "landing", body(paystacktest.TokenSuccess))
+	retry := l.g.Pay(l.m, "landing", body(paystacktest.TokenSuccess))
 	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
 	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, 1, ps.Charges(ref))
+	require.Equal(t, 1, l.ps.Charges(l.ref))
+}
+
+// The same when it is the merchant's retry that looks (a payment past the
+// redrive window is looked up, never charged again): the retry is answered
+// the success its second look found, not "processing".
+func TestARetryThatFindsTheChargeLandingAnswersIt(t *testing.T) {
+	t.Parallel()
+	l := landingDuringALookup(t)
+	ageKeys(t, l.g, 24*time.Hour)
+	dbtest.Age(t, l.g.App.DB(), 24*time.Hour, "payments", "created_at")
+	l.armed.Store(true)
+	retry := l.g.Pay(l.m, "landing", body(paystacktest.TokenSuccess))
+	l.landed(t)
+	require.Equal(t, http.StatusCreated, retry.StatusCode, string(retry.Body))
+	require.Equal(t, "succeeded", retry.JSON(t)["status"])
+	require.Equal(t, payments.StatusSucceeded, ledgerByKey(t, l.g, l.m.ID, "landing").Status)
+	again := l.g.Pay(l.m, "landing", body(paystacktest.TokenSuccess))
+	require.Equal(t, string(retry.Body), string(again.Body), "its key replays it")
+	require.Equal(t, 1, l.ps.Charges(l.ref))
 }
 
 // redisURL is the Redis the tests use for real (TEST_REDIS_URL; .ci/run

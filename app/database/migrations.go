@@ -474,6 +474,19 @@ CREATE TABLE tenant_create_keys (
 	tenant_id       TEXT NOT NULL,
 	created_at      {{ts}} NOT NULL
 );`},
+	// A provider's news about a payment (a webhook the gateway could not
+	// look at then) since a sweeper took its recheck: that recheck's
+	// lookup was made before the news, so its "nothing found" must not end
+	// the recheck (payments.Store.LookAgainBy, lookLater). One row per
+	// payment however many copies of the news come (a replayed webhook
+	// writes nothing more), deleted when a sweeper takes the recheck
+	// again. A table of its own, as from 16 on.
+	{22, "payment_recheck_news", `
+CREATE TABLE payment_recheck_news (
+	merchant_id TEXT NOT NULL,
+	payment_id  TEXT NOT NULL,
+	PRIMARY KEY (merchant_id, payment_id)
+);`},
 }
 
 // migrationSQL is what m runs on d.
