@@ -25,7 +25,8 @@ import (
 // tenantOwned are the tables distributed by merchant_id on a sharded
 // PostgreSQL (app/database/shard_test.go lists the others, with reasons).
 var tenantOwned = map[string]bool{"payments": true, "idempotency_keys": true, "refunds": true, "events": true,
-	"webhook_endpoints": true, "webhook_deliveries": true, "refund_rechecks": true, "reviews": true}
+	"webhook_endpoints": true, "webhook_deliveries": true, "refund_rechecks": true, "reviews": true,
+	"payment_recheck_news": true}
 
 // fanOut are the only statements on tenant-owned tables allowed not to
 // name one merchant, each with why: reads without locks that find which

@@ -111,10 +111,11 @@ type Payment struct {
 	// lease DueRechecks took on the payment's recheck ends: its lookup is
 	// made within it, as a claim's is.
 	recheckLease time.Time
-	// recheckTaken says DueRechecks took the payment's recheck: its
-	// outcome is written only if no provider's news came since
-	// (Store.lookLater).
-	recheckTaken bool
+	// recheckTaken is recheck_at as DueRechecks wrote it when it took the
+	// payment's recheck (the database's text of it; empty when not taken
+	// that way): the recheck's outcome is written only while it is still
+	// that take and no provider's news came since (Store.lookLater).
+	recheckTaken string
 }
 
 // age is AgeSeconds as a duration.

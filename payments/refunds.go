@@ -599,9 +599,14 @@ func (s *Service) settleRefund(ctx context.Context, claim idempotency.Claim, may
 // (the key was held), and the merchant, told it failed, might refund the
 // customer again before its recheck RECHECK_AFTER later.
 func (s *Service) lookRefundOnceMore(ctx context.Context, r Refund) Settlement {
-	res, err := providers.RefundResult{}, s.pace(ctx, r.Provider, time.Time{})
+	// A turn at the sweeper's pace within half a lease or none (the
+	// recheck is there), the lookup within the lease, as a recheck's.
+	leaseEnds := time.Now().Add(s.cfg.Lease)
+	res, err := providers.RefundResult{}, s.pace(ctx, r.Provider, leaseEnds)
 	if err == nil {
-		res, err = s.lookupRefund(ctx, &r)
+		lctx, cancel := s.leaseBound(ctx, leaseEnds)
+		res, err = s.lookupRefund(lctx, &r)
+		cancel()
 	}
 	if err != nil {
 		if !errors.Is(err, errNoTurn) && ctx.Err() == nil {
@@ -971,7 +976,19 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 		s.cfg.Log.ErrorContext(ctx, "the provider made a refund an operator resolved as failed; its amount was given back and may be refunded twice",
 			"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
 			"provider_refund_id", res.RefundID, "amount", r.Amount, "currency", r.Currency)
-	case res.Outcome == providers.OutcomeFailed && r.Status == RefundSucceeded && !s.resolvedByOperator(ctx, &r):
+	case res.Outcome == providers.OutcomeFailed && r.Status == RefundSucceeded:
+		operator, aerr := s.resolvedByOperator(ctx, &r)
+		if aerr != nil {
+			// Whose call the ledger holds is unknown: looked at again.
+			next, err = s.cfg.StaleAfter, aerr
+			break
+		}
+		if operator {
+			s.cfg.Log.ErrorContext(ctx, "the provider has no refund for one an operator resolved as succeeded; the customer was not refunded",
+				"merchant_id", r.MerchantID, "refund_id", r.ID, "payment_id", r.PaymentID, "provider", r.Provider,
+				"provider_outcome", string(res.Outcome), "amount", r.Amount, "currency", r.Currency)
+			break
+		}
 		// The recheck a release left, of a refund sent again and made
 		// since: no operator's call to keep. The provider has failed it
 		// since (a card closed), and this look may be the only word of it
@@ -981,8 +998,7 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 		_, err = s.failSince(fctx, &r, res)
 		cancel()
 		if err != nil {
-			// Not recorded: this look may be the only word of it, so the
-			// watch goes on.
+			// Not recorded: the watch goes on.
 			next = s.cfg.StaleAfter
 		}
 	case res.Outcome != providers.OutcomeSucceeded && r.Status == RefundSucceeded:
@@ -1001,14 +1017,13 @@ func (s *Service) watchRefundResolution(ctx context.Context, r Refund) (Settleme
 
 // resolvedByOperator reports whether an operator resolved refund r, by
 // the audit log: a succeeded refund is watched either for that or for the
-// recheck its release left. When the log cannot be read it says yes, which
-// leaves the ledger alone and raises the ERROR for a person.
-func (s *Service) resolvedByOperator(ctx context.Context, r *Refund) bool {
+// recheck its release left.
+func (s *Service) resolvedByOperator(ctx context.Context, r *Refund) (bool, error) {
 	var n int64
 	err := s.db.WithContext(ctx).Model(&audit.Event{}).
 		Where("target_type = ? AND target_id = ? AND tenant_id = ? AND action = ?", "refund", r.ID, r.MerchantID, audit.RefundResolved).
 		Limit(1).Count(&n).Error
-	return err != nil || n > 0
+	return n > 0, err
 }
 
 // recheckRefund looks a refund released as not_processed up once more. One

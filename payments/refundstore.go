@@ -286,14 +286,7 @@ func (s *Store) refundRecheckLater(ctx context.Context, merchantID, refundID str
 	if after <= 0 {
 		unmoved, vars := "", []any{merchantID, refundID}
 		if taken != "" {
-			// PostgreSQL writes the text in the session's TimeZone, with
-			// its offset: compared as the instant it names, so a
-			// connection set to another zone reads the same value.
-			unmoved = ` AND CAST(recheck_at AS TEXT) = ?`
-			if db.Dialector.Name() == "postgres" {
-				unmoved = ` AND recheck_at = CAST(? AS TIMESTAMPTZ)`
-			}
-			vars = append(vars, taken)
+			unmoved, vars = " AND "+takenAt(db), append(vars, taken)
 		}
 		return interpret("end refund recheck", db.Exec(`DELETE FROM refund_rechecks WHERE merchant_id = ? AND refund_id = ?`+unmoved+same,
 			append(vars, merchantID, refundID, attempts)...).Error)

@@ -313,6 +313,9 @@ func (s *Service) stillInReview(ctx context.Context, claim idempotency.Claim, me
 // budget and at its pace (ctx: the sweep's, a poll's, a retry's); what it
 // cannot settle is left to that recheck, so its failure is only logged.
 func (s *Service) lookOnceMore(ctx context.Context, p Payment) Settlement {
+	// As a recheck's: a turn at the sweeper's pace within half a lease or
+	// none (the recheck is there), the lookup within the lease.
+	p.recheckLease = time.Now().Add(s.cfg.Lease)
 	res, err := s.lookup(ctx, &p)
 	if err != nil {
 		if !errors.Is(err, errNoTurn) && ctx.Err() == nil && !conflicted(err) {

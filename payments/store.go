@@ -421,8 +421,17 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 			if err := tx.Exec(`DELETE FROM payment_recheck_news WHERE merchant_id = ? AND payment_id IN ?`, m, ids).Error; err != nil {
 				return err
 			}
+			var taken []struct{ ID, At string }
+			if err := tx.Raw(`SELECT id, CAST(recheck_at AS TEXT) AS at FROM payments WHERE merchant_id = ? AND id IN ?`,
+				m, ids).Scan(&taken).Error; err != nil {
+				return err
+			}
+			at := make(map[string]string, len(taken))
+			for _, r := range taken {
+				at[r.ID] = r.At
+			}
 			for i := range due {
-				due[i].recheckTaken = true
+				due[i].recheckTaken = at[due[i].ID]
 			}
 			return nil
 		})
@@ -463,13 +472,49 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 	if after > 0 {
 		at = dbclock.Plus(s.db, after)
 	}
-	q := s.exec(ctx, nil).Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts)
-	if p.recheckTaken {
-		q = q.Where(`NOT EXISTS (SELECT 1 FROM payment_recheck_news n WHERE n.merchant_id = payments.merchant_id AND n.payment_id = payments.id)`)
+	if p.recheckTaken == "" {
+		res := s.exec(ctx, nil).Model(&Payment{}).
+			Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts).
+			Update("recheck_at", at)
+		return res.RowsAffected == 1, interpret("recheck later", res.Error)
 	}
-	res := q.Update("recheck_at", at)
-	return res.RowsAffected == 1, interpret("recheck later", res.Error)
+	// A sweeper's take: written only while recheck_at is still that take
+	// (not taken again since, nor brought forward by news) and no news
+	// came since. Under the payment's row lock, which LookAgainBy takes
+	// too: news is either recorded before this reads it, or recorded
+	// after this commits, and then schedules a look of its own.
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var ids []string
+		q := tx.Model(&Payment{}).
+			Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts).
+			Where(takenAt(tx), p.recheckTaken)
+		if tx.Dialector.Name() == "postgres" {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		if err := q.Pluck("id", &ids).Error; err != nil || len(ids) == 0 {
+			return err
+		}
+		var news int64
+		if err := tx.Table("payment_recheck_news").Where("merchant_id = ? AND payment_id = ?", p.MerchantID, p.ID).
+			Count(&news).Error; err != nil || news > 0 {
+			return err
+		}
+		res := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ?", p.MerchantID, p.ID).Update("recheck_at", at)
+		ok = res.RowsAffected == 1
+		return res.Error
+	})
+	return ok, interpret("recheck later", err)
+}
+
+// takenAt compares recheck_at with the text DueRechecks read of it.
+// PostgreSQL writes that text in the session's TimeZone, with its offset:
+// compared as the instant it names, so a connection set to another zone
+// still recognises the value.
+func takenAt(db *gorm.DB) string {
+	if db.Dialector.Name() == "postgres" {
+		return "recheck_at = CAST(? AS TIMESTAMPTZ)"
+	}
+	return "CAST(recheck_at AS TEXT) = ?"
 }
 
 // LookAgainBy makes sure a final payment of status (at its attempts) is
@@ -477,26 +522,43 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 // database's time + after unless one is due sooner. For news a webhook
 // brought that the gateway could not look at then (webhookLookupRefused).
 //
-// A recheck due sooner may be a sweeper's lease on a lookup already in
-// flight, made before this news: the news is also recorded
-// (payment_recheck_news), and keeps that lookup from ending the recheck
-// when it finds nothing (lookLater); the look then comes again when the
-// lease ends. Copies of an event write nothing more: the recheck is
-// already due, the news already recorded. Never later: copies cannot put
-// a look off.
+// A recheck due sooner may be a sweeper's take with its lookup in flight,
+// made before this news: the news is recorded too (payment_recheck_news),
+// under the payment's row lock as lookLater reads it, and keeps that
+// lookup from ending the recheck when it finds nothing; the look then
+// comes again when the take's lease ends. Copies of an event, once a look
+// is due within after and the news recorded, only read. Never later:
+// copies cannot put a look off.
 func (s *Store) LookAgainBy(ctx context.Context, merchantID, id string, status Status, attempts int, after time.Duration) error {
 	db := s.exec(ctx, nil)
-	at := dbclock.Plus(db, after)
-	if err := db.Model(&Payment{}).
-		Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND (recheck_at IS NULL OR recheck_at > ?)",
-			merchantID, id, status, attempts, at).
-		Update("recheck_at", at).Error; err != nil {
+	var seen struct{ Due, Noted bool }
+	if err := db.Raw(`SELECT recheck_at IS NOT NULL AND recheck_at <= ? AS due,
+  EXISTS (SELECT 1 FROM payment_recheck_news n WHERE n.merchant_id = payments.merchant_id AND n.payment_id = payments.id) AS noted
+FROM payments WHERE merchant_id = ? AND id = ? AND status = ? AND attempts = ?`,
+		dbclock.Plus(db, after), merchantID, id, status, attempts).Scan(&seen).Error; err != nil {
 		return interpret("look again", err)
 	}
-	return interpret("look again", db.Exec(`INSERT INTO payment_recheck_news (merchant_id, payment_id)
-SELECT CAST(? AS TEXT), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM payments
-  WHERE merchant_id = ? AND id = ? AND status = ? AND attempts = ? AND recheck_at IS NOT NULL)
-ON CONFLICT (merchant_id, payment_id) DO NOTHING`, merchantID, id, merchantID, id, status, attempts).Error)
+	if seen.Due && seen.Noted {
+		return nil
+	}
+	return interpret("look again", s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var ids []string
+		q := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ? AND status = ? AND attempts = ?", merchantID, id, status, attempts)
+		if tx.Dialector.Name() == "postgres" {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		if err := q.Pluck("id", &ids).Error; err != nil || len(ids) == 0 {
+			return err
+		}
+		at := dbclock.Plus(tx, after)
+		if err := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ? AND (recheck_at IS NULL OR recheck_at > ?)", merchantID, id, at).
+			Update("recheck_at", at).Error; err != nil {
+			return err
+		}
+		return tx.Exec(`INSERT INTO payment_recheck_news (merchant_id, payment_id)
+SELECT merchant_id, id FROM payments WHERE merchant_id = ? AND id = ?
+ON CONFLICT (merchant_id, payment_id) DO NOTHING`, merchantID, id).Error
+	}))
 }
 
 // MarkReview flags a payment still processing for a human; ok is false

@@ -2,6 +2,8 @@ package payments
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,4 +171,84 @@ func TestARefundRecheckIsRecognisedInAnotherTimeZone(t *testing.T) {
 	var left int64
 	require.NoError(t, db.Table("refund_rechecks").Where("refund_id = ?", r.ID).Count(&left).Error)
 	require.Zero(t, left, "the recheck the sweeper took, ended")
+}
+
+// A sweeper's "nothing found" ends only its own take of the recheck: once
+// news brought the recheck forward and another sweeper took it, the first
+// one's older lookup must not end the second's (a lease longer than the
+// news's 30 s, IDEMPOTENCY_LEASE=60s).
+func TestAnOlderTakeDoesNotEndANewerOne(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		s := NewStore(db)
+		past := time.Now().UTC().Add(-time.Hour)
+		releasedFor(t, s, db, "ten_old", "pay_old", &past)
+		take := func() Payment {
+			due, err := s.DueRechecks(ctx, 10, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, due, 1)
+			return due[0]
+		}
+		a := take()
+		require.NoError(t, s.LookAgainBy(ctx, "ten_old", "pay_old", StatusFailed, 1, 30*time.Second))
+		require.NoError(t, db.Model(&Payment{}).Where("id = ?", "pay_old").Update("recheck_at", past).Error) // 30 s pass
+		b := take()
+		ok, err := s.RecheckLater(ctx, a, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "the first take's lookup predates the news and the second take")
+		ok, err = s.RecheckLater(ctx, b, 10*time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok, "the second take's recheck is still there")
+	})
+}
+
+// News and a sweeper's "nothing found" at the same moment: the news is
+// recorded under the payment's row lock, so the sweeper's lookLater either
+// sees it (and leaves the recheck) or ends the recheck first — and then
+// the news schedules a look of its own. Never both missed.
+func TestNewsRacingARechecksEndIsNeverLost(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		s := NewStore(db)
+		past := time.Now().UTC().Add(-time.Hour)
+		releasedFor(t, s, db, "ten_race", "pay_race", &past)
+		due, err := s.DueRechecks(ctx, 10, 30*time.Second)
+		require.NoError(t, err)
+		require.Len(t, due, 1)
+		var once sync.Once
+		ended := make(chan error, 1)
+		require.NoError(t, db.Callback().Raw().Before("gorm:raw").Register("news_race", func(tx *gorm.DB) {
+			if strings.Contains(tx.Statement.SQL.String(), "INSERT INTO payment_recheck_news") {
+				once.Do(func() {
+					// The sweeper's end, while the news is being recorded.
+					go func() { _, err := s.RecheckLater(ctx, due[0], 0); ended <- err }()
+					time.Sleep(100 * time.Millisecond)
+				})
+			}
+		}))
+		require.NoError(t, s.LookAgainBy(ctx, "ten_race", "pay_race", StatusFailed, 1, 30*time.Second))
+		require.NoError(t, <-ended)
+		var p Payment
+		require.NoError(t, db.Where("id = ?", "pay_race").Take(&p).Error)
+		require.NotNil(t, p.RecheckAt, "the event asked for a look: one is scheduled")
+	})
+}
+
+// releasedFor writes a payment released as never charged, its recheck at
+// recheck.
+func releasedFor(t *testing.T, s *Store, db *gorm.DB, merchant, id string, recheck *time.Time) {
+	t.Helper()
+	past := time.Now().UTC().Add(-time.Hour)
+	p := Payment{
+		ID: id, MerchantID: merchant, IdempotencyKey: "key-" + id,
+		Amount: 500, Currency: "NGN", Status: StatusFailed, Provider: "paystack",
+		ProviderReference: "ref-" + id, FailureCode: FailureNotProcessed,
+		Metadata: "{}", Attempts: 1, RequestHash: "h", CreatedAt: past, UpdatedAt: past,
+	}
+	inserted, err := s.InsertNew(context.Background(), nil, &p)
+	require.NoError(t, err)
+	require.True(t, inserted)
+	require.NoError(t, db.Model(&Payment{}).Where("id = ?", id).Update("recheck_at", recheck).Error)
 }

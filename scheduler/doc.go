@@ -57,6 +57,7 @@
 //	                     landed during the first
 //	                     lookup: its webhook was put
 //	                     off while the key was held)
+//	… or: pending        processing again             in_progress (reinstated)    Pending
 //	pending / error      processing                   in_progress, lease ended     Pending
 //	… past REVIEW_AFTER  requires_review              in_progress, lease ended     Review
 //	(already final)      unchanged                    done, from the ledger        Skipped
