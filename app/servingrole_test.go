@@ -143,12 +143,8 @@ func refused(t *testing.T, err error, what, want string) {
 func TestServingRoleCannotRewriteTheAuditLog(t *testing.T) {
 	needsPostgres(t)
 	t.Parallel()
-	ctx := context.Background()
 	ownerDSN := dbtest.PostgresURL(t)
-	owner, err := database.Open(ownerDSN, database.Options{MaxOpenConns: 2, PipelineConns: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = database.Close(owner) })
-	require.NoError(t, events.MigrateQueue(ctx, owner, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	owner := queueMigrated(t, ownerDSN)
 	// The schema of the release before migration 21, which creates a
 	// table (tenant_create_keys) and nothing else, as does 22
 	// (payment_recheck_news).
@@ -161,7 +157,7 @@ func TestServingRoleCannotRewriteTheAuditLog(t *testing.T) {
 	role, roleDSN := servingRole(t, owner, ownerDSN)
 	grant(t, owner, schema, role)
 
-	_, err = newUnmigratedApp(t, roleDSN)
+	_, err := newUnmigratedApp(t, roleDSN)
 	require.ErrorContains(t, err, "database: the schema is behind this build")
 	require.ErrorContains(t, err, "not applied: "+strconv.Itoa(release)+" "+table)
 	require.ErrorContains(t, err, "run `gateway migrate`")
@@ -261,7 +257,6 @@ func newUnmigratedApp(t *testing.T, dsn string) (*app.App, error) {
 func TestNoMigrateOnStartRefusesASchemaBehind(t *testing.T) {
 	needsPostgres(t)
 	t.Parallel()
-	ctx := context.Background()
 	const run = "run `gateway migrate` with this build (as the role that owns the schema) before starting it with MIGRATE_ON_START=false"
 
 	t.Run("empty", func(t *testing.T) {
@@ -293,16 +288,13 @@ func TestNoMigrateOnStartRefusesASchemaBehind(t *testing.T) {
 	t.Run("migration missing", func(t *testing.T) {
 		t.Parallel()
 		dsn := dbtest.PostgresURL(t)
-		owner, err := database.Open(dsn, database.Options{MaxOpenConns: 2, PipelineConns: -1})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = database.Close(owner) })
-		require.NoError(t, events.MigrateQueue(ctx, owner, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		owner := queueMigrated(t, dsn)
 		last := database.Versions()[len(database.Versions())-1]
 		var name string
 		require.NoError(t, owner.Raw("SELECT name FROM schema_migrations WHERE version = ?", last).Scan(&name).Error)
 		require.NoError(t, owner.Exec("DELETE FROM schema_migrations WHERE version = ?", last).Error)
 
-		_, err = newUnmigratedApp(t, dsn)
+		_, err := newUnmigratedApp(t, dsn)
 		require.EqualError(t, err, "database: the schema is behind this build (version "+strconv.Itoa(last)+"): not applied: "+
 			strconv.Itoa(last)+" "+name+"; "+run)
 		var applied int
@@ -322,11 +314,8 @@ func TestNoMigrateOnStartRefusesASchemaBehind(t *testing.T) {
 	t.Run("up to date", func(t *testing.T) {
 		t.Parallel()
 		dsn := dbtest.PostgresURL(t)
-		owner, err := database.Open(dsn, database.Options{MaxOpenConns: 2, PipelineConns: -1})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = database.Close(owner) })
-		require.NoError(t, events.MigrateQueue(ctx, owner, slog.New(slog.NewTextHandler(io.Discard, nil))))
-		_, err = newUnmigratedApp(t, dsn)
+		queueMigrated(t, dsn)
+		_, err := newUnmigratedApp(t, dsn)
 		require.NoError(t, err)
 	})
 }
@@ -360,4 +349,15 @@ func TestNoMigrateOnStartExitsWithOneLine(t *testing.T) {
 	require.Contains(t, lines[0], "the database has no schema")
 	require.Contains(t, lines[0], "run `gateway migrate`")
 	require.NotContains(t, string(out), "goroutine")
+}
+
+// queueMigrated opens the database at dsn as its owner, with River's
+// tables migrated (dbtest migrates only the gateway's).
+func queueMigrated(t *testing.T, dsn string) *gorm.DB {
+	t.Helper()
+	owner, err := database.Open(dsn, database.Options{MaxOpenConns: 2, PipelineConns: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = database.Close(owner) })
+	require.NoError(t, events.MigrateQueue(context.Background(), owner, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	return owner
 }

@@ -73,31 +73,16 @@ func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
 		ctx := context.Background()
 		s := NewStore(db)
 		past := time.Now().UTC().Add(-time.Hour)
-		released := func(id string, recheck *time.Time) Payment {
-			p := Payment{
-				ID: id, MerchantID: "ten_look", IdempotencyKey: "key-" + id,
-				Amount: 500, Currency: "NGN", Status: StatusFailed, Provider: "paystack",
-				ProviderReference: "ref-" + id, FailureCode: FailureNotProcessed,
-				Metadata: "{}", Attempts: 1, RequestHash: "h", RecheckAt: recheck,
-				CreatedAt: past, UpdatedAt: past,
-			}
-			inserted, err := s.InsertNew(ctx, nil, &p)
-			require.NoError(t, err)
-			require.True(t, inserted)
-			require.NoError(t, db.Model(&Payment{}).Where("id = ?", id).Update("recheck_at", recheck).Error)
-			return p
-		}
+		released := func(id string, recheck *time.Time) { releasedFor(t, s, db, "ten_look", id, recheck) }
 		recheckAt := func(id string) *time.Time {
 			var p Payment
 			require.NoError(t, db.Where("merchant_id = ? AND id = ?", "ten_look", id).Take(&p).Error)
 			return p.RecheckAt
 		}
 		take := func(id string) Payment {
-			due, err := s.DueRechecks(ctx, 10, 30*time.Second)
-			require.NoError(t, err)
-			require.Len(t, due, 1)
-			require.Equal(t, id, due[0].ID)
-			return due[0]
+			p := takeOne(t, s, 30*time.Second)
+			require.Equal(t, id, p.ID)
+			return p
 		}
 
 		// Undisturbed, the lookup that found nothing ends the recheck.
@@ -184,12 +169,7 @@ func TestAnOlderTakeDoesNotEndANewerOne(t *testing.T) {
 		s := NewStore(db)
 		past := time.Now().UTC().Add(-time.Hour)
 		releasedFor(t, s, db, "ten_old", "pay_old", &past)
-		take := func() Payment {
-			due, err := s.DueRechecks(ctx, 10, time.Minute)
-			require.NoError(t, err)
-			require.Len(t, due, 1)
-			return due[0]
-		}
+		take := func() Payment { return takeOne(t, s, time.Minute) }
 		a := take()
 		require.NoError(t, s.LookAgainBy(ctx, "ten_old", "pay_old", StatusFailed, 1, 30*time.Second))
 		require.NoError(t, db.Model(&Payment{}).Where("id = ?", "pay_old").Update("recheck_at", past).Error) // 30 s pass
@@ -214,16 +194,14 @@ func TestNewsRacingARechecksEndIsNeverLost(t *testing.T) {
 		s := NewStore(db)
 		past := time.Now().UTC().Add(-time.Hour)
 		releasedFor(t, s, db, "ten_race", "pay_race", &past)
-		due, err := s.DueRechecks(ctx, 10, 30*time.Second)
-		require.NoError(t, err)
-		require.Len(t, due, 1)
+		taken := takeOne(t, s, 30*time.Second)
 		var once sync.Once
 		ended := make(chan error, 1)
 		require.NoError(t, db.Callback().Raw().Before("gorm:raw").Register("news_race", func(tx *gorm.DB) {
 			if strings.Contains(tx.Statement.SQL.String(), "INSERT INTO payment_recheck_news") {
 				once.Do(func() {
 					// The sweeper's end, while the news is being recorded.
-					go func() { _, err := s.RecheckLater(ctx, due[0], 0); ended <- err }()
+					go func() { _, err := s.RecheckLater(ctx, taken, 0); ended <- err }()
 					time.Sleep(100 * time.Millisecond)
 				})
 			}
@@ -251,4 +229,13 @@ func releasedFor(t *testing.T, s *Store, db *gorm.DB, merchant, id string, reche
 	require.NoError(t, err)
 	require.True(t, inserted)
 	require.NoError(t, db.Model(&Payment{}).Where("id = ?", id).Update("recheck_at", recheck).Error)
+}
+
+// takeOne has a sweeper take the one recheck due, with lease.
+func takeOne(t *testing.T, s *Store, lease time.Duration) Payment {
+	t.Helper()
+	due, err := s.DueRechecks(context.Background(), 10, lease)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	return due[0]
 }

@@ -57,20 +57,7 @@ func TestSharedIsOneBucketAcrossInstances(t *testing.T) {
 	ctx := context.Background()
 	p := prefix(t)
 	a, b := newShared(t, redisURL(), p, 1, 5), newShared(t, redisURL(), p, 1, 5)
-	admitted := 0
-	var wait time.Duration
-	for i := range 20 {
-		in := a
-		if i%2 == 1 {
-			in = b
-		}
-		ok, w := in.Take(ctx, "ten_1")
-		if ok {
-			admitted++
-		} else {
-			wait = w
-		}
-	}
+	admitted, wait := takeInTurn(ctx, a, b, "ten_1", 20)
 	require.Equal(t, 5, admitted, "one burst across both instances (at 1/s nothing refills meanwhile)")
 	require.Greater(t, wait, time.Duration(0))
 	require.LessOrEqual(t, wait, time.Second)
@@ -91,16 +78,7 @@ func TestSharedIsOneBucketAcrossInstances(t *testing.T) {
 func TestSharedFallsBackToMemoryWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var logs syncBuffer
-	var mu sync.Mutex
-	decisions := map[string]int{}
-	var up []bool
-	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
-		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
-		c.RetryEvery = time.Hour
-		c.Observe = func(l, b string) { mu.Lock(); decisions[b]++; decisions[l+"/"+b]++; mu.Unlock() }
-		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
-	})
+	s, o := downShared(t)
 	start := time.Now()
 	admitted := 0
 	for range 50 {
@@ -111,13 +89,13 @@ func TestSharedFallsBackToMemoryWhileRedisIsDown(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "one failed call, then no more waiting on Redis")
 	require.Equal(t, 3, admitted, "the local bucket: burst 3")
 	require.True(t, s.Down())
-	mu.Lock()
-	require.Equal(t, 50, decisions[BackendMemory])
-	require.Zero(t, decisions[BackendRedis])
-	require.Equal(t, []bool{false}, up, "Redis was asked once in the hour")
-	mu.Unlock()
-	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
-	require.Regexp(t, `err=(timeout|"dial tcp)`, logs.String())
+	o.mu.Lock()
+	require.Equal(t, 50, o.decisions[BackendMemory])
+	require.Zero(t, o.decisions[BackendRedis])
+	require.Equal(t, []bool{false}, o.up, "Redis was asked once in the hour")
+	o.mu.Unlock()
+	require.Equal(t, 1, strings.Count(o.logs.String(), "Redis unreachable"), o.logs.String())
+	require.Regexp(t, `err=(timeout|"dial tcp)`, o.logs.String())
 	require.Error(t, s.Ping(ctx))
 }
 
@@ -233,20 +211,7 @@ func TestSiblingIsOneBucketAcrossInstancesApartFromItsParent(t *testing.T) {
 	a, b := newShared(t, redisURL(), p, 1, 20), newShared(t, redisURL(), p, 1, 20)
 	slow := func() *Limiter { return New(Config{Rate: 1.0 / 30, Burst: 3}) }
 	ha, hb := a.Sibling("hooklookup", slow()), b.Sibling("hooklookup", slow())
-	admitted := 0
-	var wait time.Duration
-	for i := range 12 {
-		in := ha
-		if i%2 == 1 {
-			in = hb
-		}
-		ok, w := in.Take(ctx, "ten_1/pay_1")
-		if ok {
-			admitted++
-		} else {
-			wait = w
-		}
-	}
+	admitted, wait := takeInTurn(ctx, ha, hb, "ten_1/pay_1", 12)
 	require.Equal(t, 3, admitted, "one burst of the sibling's across both instances")
 	require.Greater(t, wait, 20*time.Second, "the sibling's rate (one every 30 s), not its parent's")
 	require.LessOrEqual(t, wait, 31*time.Second)
@@ -273,16 +238,7 @@ func TestSiblingIsOneBucketAcrossInstancesApartFromItsParent(t *testing.T) {
 func TestSiblingSharesItsParentsOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var logs syncBuffer
-	var mu sync.Mutex
-	decisions := map[string]int{}
-	var up []bool
-	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
-		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
-		c.RetryEvery = time.Hour
-		c.Observe = func(l, b string) { mu.Lock(); decisions[b]++; decisions[l+"/"+b]++; mu.Unlock() }
-		c.Up = func(u bool) { mu.Lock(); up = append(up, u); mu.Unlock() }
-	})
+	s, o := downShared(t)
 	h := s.Sibling("hooklookup", New(Config{Rate: 1, Burst: 2}))
 	admitted := 0
 	for range 10 {
@@ -295,12 +251,52 @@ func TestSiblingSharesItsParentsOutage(t *testing.T) {
 	}
 	require.Equal(t, 3+2, admitted, "each limit's own local bucket")
 	require.True(t, h.Down())
-	mu.Lock()
-	require.Equal(t, 20, decisions[BackendMemory])
-	require.Equal(t, 10, decisions["ratelimit/"+BackendMemory], "each decision named by its limit")
-	require.Equal(t, 10, decisions["hooklookup/"+BackendMemory])
-	require.Equal(t, []bool{false}, up, "Redis was asked once in the hour, by either")
-	mu.Unlock()
-	require.Equal(t, 1, strings.Count(logs.String(), "Redis unreachable"), logs.String())
+	o.mu.Lock()
+	require.Equal(t, 20, o.decisions[BackendMemory])
+	require.Equal(t, 10, o.decisions["ratelimit/"+BackendMemory], "each decision named by its limit")
+	require.Equal(t, 10, o.decisions["hooklookup/"+BackendMemory])
+	require.Equal(t, []bool{false}, o.up, "Redis was asked once in the hour, by either")
+	o.mu.Unlock()
+	require.Equal(t, 1, strings.Count(o.logs.String(), "Redis unreachable"), o.logs.String())
 	require.Panics(t, func() { s.Sibling("a:b", New(Config{Rate: 1})) }, "a colon would let namespaces share keys")
+}
+
+// takeInTurn asks a and b in turn, n times in all, for key: how many were
+// admitted, and the last refusal's wait.
+func takeInTurn(ctx context.Context, a, b *Shared, key string, n int) (admitted int, wait time.Duration) {
+	for i := range n {
+		in := a
+		if i%2 == 1 {
+			in = b
+		}
+		if ok, w := in.Take(ctx, key); ok {
+			admitted++
+		} else {
+			wait = w
+		}
+	}
+	return admitted, wait
+}
+
+// outage is what a Shared on a Redis that never answers told its log and
+// its metrics hooks: decisions by backend, and by limit/backend.
+type outage struct {
+	logs      syncBuffer
+	mu        sync.Mutex
+	decisions map[string]int
+	up        []bool
+}
+
+// downShared is a Shared (rate 1, burst 3) on a Redis that never answers,
+// asked again only after an hour.
+func downShared(t *testing.T) (*Shared, *outage) {
+	t.Helper()
+	o := &outage{decisions: map[string]int{}}
+	s := newShared(t, "redis://127.0.0.1:1/0", prefix(t), 1, 3, func(c *SharedConfig) {
+		c.Log = slog.New(slog.NewTextHandler(&o.logs, nil))
+		c.RetryEvery = time.Hour
+		c.Observe = func(l, b string) { o.mu.Lock(); o.decisions[b]++; o.decisions[l+"/"+b]++; o.mu.Unlock() }
+		c.Up = func(u bool) { o.mu.Lock(); o.up = append(o.up, u); o.mu.Unlock() }
+	})
+	return s, o
 }
