@@ -337,7 +337,7 @@ ORDER BY recheck_at, refund_id LIMIT ?`+lock, m, dbclock.Now(tx), limit-len(out)
 				return err
 			}
 			var taken []struct{ RefundID, At string }
-			if err := tx.Raw(`SELECT refund_id, CAST(recheck_at AS TEXT) AS at FROM refund_rechecks WHERE merchant_id = ? AND refund_id IN ?`,
+			if err := tx.Raw(`SELECT refund_id, `+takenText(tx)+` AS at FROM refund_rechecks WHERE merchant_id = ? AND refund_id IN ?`,
 				m, ids).Scan(&taken).Error; err != nil {
 				return err
 			}

@@ -414,7 +414,7 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 				ids[i] = due[i].ID
 			}
 			if err := tx.Model(&Payment{}).Where("merchant_id = ? AND id IN ?", m, ids).
-				Update("recheck_at", dbclock.Plus(tx, lease)).Error; err != nil {
+				UpdateColumn("recheck_at", dbclock.Plus(tx, lease)).Error; err != nil {
 				return err
 			}
 			// News from before this take is what its lookup will see.
@@ -422,7 +422,7 @@ func (s *Store) DueRechecks(ctx context.Context, limit int, lease time.Duration)
 				return err
 			}
 			var taken []struct{ ID, At string }
-			if err := tx.Raw(`SELECT id, CAST(recheck_at AS TEXT) AS at FROM payments WHERE merchant_id = ? AND id IN ?`,
+			if err := tx.Raw(`SELECT id, `+takenText(tx)+` AS at FROM payments WHERE merchant_id = ? AND id IN ?`,
 				m, ids).Scan(&taken).Error; err != nil {
 				return err
 			}
@@ -467,6 +467,11 @@ func (s *Store) RecheckLater(ctx context.Context, p Payment, after time.Duration
 
 // lookLater is RecheckLater for a payment of any status: a watched
 // resolution is final, succeeded or failed (Service.watchResolution).
+//
+// The recheck's bookkeeping (here, DueRechecks, LookAgainBy) writes
+// recheck_at alone (UpdateColumn): updated_at is when the payment last
+// changed, which a merchant reads and a watched resolution's week counts
+// from.
 func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (ok bool, err error) {
 	var at any
 	if after > 0 {
@@ -475,7 +480,7 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 	if p.recheckTaken == "" {
 		res := s.exec(ctx, nil).Model(&Payment{}).
 			Where("merchant_id = ? AND id = ? AND status = ? AND recheck_at IS NOT NULL AND attempts = ?", p.MerchantID, p.ID, p.Status, p.Attempts).
-			Update("recheck_at", at)
+			UpdateColumn("recheck_at", at)
 		return res.RowsAffected == 1, interpret("recheck later", res.Error)
 	}
 	// A sweeper's take: written only while recheck_at is still that take
@@ -499,17 +504,25 @@ func (s *Store) lookLater(ctx context.Context, p Payment, after time.Duration) (
 			Count(&news).Error; err != nil || news > 0 {
 			return err
 		}
-		res := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ?", p.MerchantID, p.ID).Update("recheck_at", at)
+		res := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ?", p.MerchantID, p.ID).UpdateColumn("recheck_at", at)
 		ok = res.RowsAffected == 1
 		return res.Error
 	})
 	return ok, interpret("recheck later", err)
 }
 
-// takenAt compares recheck_at with the text DueRechecks read of it.
-// PostgreSQL writes that text in the session's TimeZone, with its offset:
-// compared as the instant it names, so a connection set to another zone
-// still recognises the value.
+// takenText is recheck_at as a take reads it back, and takenAt compares
+// recheck_at with that text. On PostgreSQL the text is ISO 8601 in UTC to
+// the microsecond, whatever the session's TimeZone and DateStyle (which
+// shape CAST(… AS TEXT)), and is compared as the instant it names; on
+// SQLite it is the stored text itself.
+func takenText(db *gorm.DB) string {
+	if db.Dialector.Name() == "postgres" {
+		return `to_char(recheck_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+	}
+	return "CAST(recheck_at AS TEXT)"
+}
+
 func takenAt(db *gorm.DB) string {
 	if db.Dialector.Name() == "postgres" {
 		return "recheck_at = CAST(? AS TIMESTAMPTZ)"
@@ -552,7 +565,7 @@ FROM payments WHERE merchant_id = ? AND id = ? AND status = ? AND attempts = ?`,
 		}
 		at := dbclock.Plus(tx, after)
 		if err := tx.Model(&Payment{}).Where("merchant_id = ? AND id = ? AND (recheck_at IS NULL OR recheck_at > ?)", merchantID, id, at).
-			Update("recheck_at", at).Error; err != nil {
+			UpdateColumn("recheck_at", at).Error; err != nil {
 			return err
 		}
 		return tx.Exec(`INSERT INTO payment_recheck_news (merchant_id, payment_id)

@@ -85,9 +85,30 @@ func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
 			return p
 		}
 
+		// The bookkeeping never moves updated_at, when the payment last
+		// changed (a watched resolution's week counts from it).
+		released("pay_kept", &past)
+		updatedAt := func(id string) time.Time {
+			var p Payment
+			require.NoError(t, db.Where("merchant_id = ? AND id = ?", "ten_look", id).Take(&p).Error)
+			return p.UpdatedAt.UTC()
+		}
+		before := updatedAt("pay_kept")
+		kept := take("pay_kept")
+		require.NoError(t, s.LookAgainBy(ctx, "ten_look", "pay_kept", StatusFailed, 1, 30*time.Second))
+		ok, err := s.RecheckLater(ctx, kept, time.Hour)
+		require.NoError(t, err)
+		require.False(t, ok, "news came during the take")
+		require.NoError(t, db.Model(&Payment{}).Where("id = ?", "pay_kept").UpdateColumn("recheck_at", past).Error)
+		ok, err = s.RecheckLater(ctx, take("pay_kept"), time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, before, updatedAt("pay_kept"))
+		require.NoError(t, db.Model(&Payment{}).Where("id = ?", "pay_kept").UpdateColumn("recheck_at", nil).Error)
+
 		// Undisturbed, the lookup that found nothing ends the recheck.
 		released("pay_quiet", &past)
-		ok, err := s.RecheckLater(ctx, take("pay_quiet"), 0)
+		ok, err = s.RecheckLater(ctx, take("pay_quiet"), 0)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Nil(t, recheckAt("pay_quiet"))
@@ -133,15 +154,16 @@ func TestALookAskedForDuringARecheckOutlivesIt(t *testing.T) {
 
 // A refund recheck's outcome is written while the recheck is still the
 // one DueRefundRechecks took, compared as the instant it is: PostgreSQL
-// writes a timestamp's text in the session's TimeZone, and a connection
-// set to another zone (a role's or database's setting, a pooler) must
-// still recognise the value, or the recheck would never end.
+// writes a timestamp's text in the session's TimeZone and DateStyle, and
+// a connection set otherwise (a role's or database's setting, a pooler)
+// must still recognise the value, or the recheck would never end.
 func TestARefundRecheckIsRecognisedInAnotherTimeZone(t *testing.T) {
 	t.Parallel()
 	db := dbtest.PostgresWith(t, database.Options{MaxOpenConns: 1})
 	ctx := context.Background()
 	s := NewStore(db)
 	require.NoError(t, db.Exec("SET TIME ZONE 'UTC'").Error)
+	require.NoError(t, db.Exec("SET DateStyle = 'SQL, DMY'").Error)
 	r := Refund{MerchantID: "ten_tz", ID: "re_tz", PaymentID: "pay_tz", IdempotencyKey: "k", Amount: 100, Currency: "NGN",
 		Status: RefundFailed, Metadata: "{}", Provider: "paystack", ProviderReference: "ref", FailureCode: FailureNotProcessed, Attempts: 1}
 	require.NoError(t, s.insertRefund(ctx, nil, &r))
@@ -152,6 +174,7 @@ func TestARefundRecheckIsRecognisedInAnotherTimeZone(t *testing.T) {
 	require.NotEmpty(t, due[0].recheckTaken)
 
 	require.NoError(t, db.Exec("SET TIME ZONE 'Africa/Lagos'").Error)
+	require.NoError(t, db.Exec("SET DateStyle = 'ISO, MDY'").Error)
 	require.NoError(t, s.refundRecheckLater(ctx, r.MerchantID, r.ID, r.Attempts, 0, due[0].recheckTaken))
 	var left int64
 	require.NoError(t, db.Table("refund_rechecks").Where("refund_id = ?", r.ID).Count(&left).Error)
