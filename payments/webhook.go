@@ -232,8 +232,11 @@ func (s *Service) webhookLookupRefused(ctx context.Context, ev providers.Event, 
 	// reinstates the payment for review (recheck), which a settled
 	// payment's copies of a webhook must never cause. A charge landing a
 	// day after its release is not what this is for. (By this clock: the
-	// hour's margin covers its skew from the database's.)
-	if !ev.Refund && final(p.Status) && s.now().Sub(p.CreatedAt)+hookLookupEvery+time.Hour < s.cfg.ReviewAfter {
+	// hour's margin covers its skew from the database's.) An operator's
+	// failed resolution is at any age: its look is a watch, which raises
+	// an ERROR for a charge and never reinstates (watchResolution).
+	resolved := p.Status == StatusFailed && p.FailureCode == FailureResolved
+	if !ev.Refund && final(p.Status) && (resolved || s.now().Sub(p.CreatedAt)+hookLookupEvery+time.Hour < s.cfg.ReviewAfter) {
 		if err := s.store.LookAgainBy(ctx, p.MerchantID, p.ID, p.Status, p.Attempts, hookLookupEvery); err != nil {
 			return err // 503 unavailable: the provider sends it again
 		}

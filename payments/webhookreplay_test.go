@@ -386,3 +386,30 @@ func TestReplayedWebhookCopiesShareOneBoundAcrossInstances(t *testing.T) {
 	require.LessOrEqual(t, lookups()-before, payments.HookLookupBurst+refilled)
 	require.Positive(t, lookups()-before)
 }
+
+// A payment an operator failed while the provider still had it pending is
+// older than REVIEW_AFTER by then (it went through review), and its
+// charge may still land: a refused copy of the provider's event about it
+// still has it looked at soon — a watch, which raises the ERROR for a
+// charge and never reinstates it.
+func TestARefusedEventHasAnOperatorsFailedPaymentWatched(t *testing.T) {
+	t.Parallel()
+	ps, g, m := paystackMerchant(t)
+	frozen := time.Now()
+	g.App.Payments.SetWebhookClock(func() time.Time { return frozen })
+	id := pendingInReview(t, g, m, "resolved-bound")
+	resolved(t, g, id, "failed", "customer abandoned checkout")
+	ref := providers.Reference(m.ID, "resolved-bound")
+	h, raw, err := ps.Webhook(ref)
+	require.NoError(t, err)
+	hook := "/v1/webhooks/paystack/" + m.ID
+	for range payments.HookLookupBurst {
+		require.Equal(t, http.StatusOK, g.Do("POST", hook, raw, headerPairs(h)...).StatusCode)
+	}
+	res := g.Do("POST", hook, raw, headerPairs(h)...)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(res.Body))
+	p := ledgerByKey(t, g, m.ID, "resolved-bound")
+	require.Equal(t, payments.FailureResolved, p.FailureCode)
+	require.NotNil(t, p.RecheckAt)
+	require.True(t, p.RecheckAt.Before(time.Now().Add(time.Minute)), "looked at within the bound's refill, not RECHECK_AFTER: %v", p.RecheckAt)
+}
