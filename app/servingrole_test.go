@@ -30,15 +30,6 @@ import (
 	"github.com/oncepay/gateway/events"
 )
 
-// needsPostgres skips a test that creates roles, which are the whole
-// cluster's, unless TEST_DATABASE_URL names the server to create them on.
-func needsPostgres(t *testing.T) {
-	t.Helper()
-	if os.Getenv("TEST_DATABASE_URL") == "" {
-		t.Skip("TEST_DATABASE_URL is unset: this test creates a PostgreSQL role")
-	}
-}
-
 // servingRole creates a login role with a name of its own (roles are the
 // cluster's, not the test schema's) and drops it when the test ends, after
 // the gateway that serves as it has stopped (cleanups run last-first). It
@@ -141,7 +132,6 @@ func refused(t *testing.T, err error, what, want string) {
 // neither disable nor drop the audit log's triggers, nor change or delete
 // an event.
 func TestServingRoleCannotRewriteTheAuditLog(t *testing.T) {
-	needsPostgres(t)
 	t.Parallel()
 	ownerDSN := dbtest.PostgresURL(t)
 	owner := queueMigrated(t, ownerDSN)
@@ -255,7 +245,6 @@ func newUnmigratedApp(t *testing.T, dsn string) (*app.App, error) {
 // role that owns nothing, it fails so rather than with "permission denied"
 // half way through a migration.
 func TestNoMigrateOnStartRefusesASchemaBehind(t *testing.T) {
-	needsPostgres(t)
 	t.Parallel()
 	const run = "run `gateway migrate` with this build (as the role that owns the schema) before starting it with MIGRATE_ON_START=false"
 
