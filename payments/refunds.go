@@ -1128,6 +1128,14 @@ func (s *Service) reopenReleasedRefund(ctx context.Context, read Refund, res pro
 				}
 			}
 		}
+		// Under the payment's row lock, a refund failing in another
+		// transaction (its amount given back there) is seen whole by the
+		// reads below, or not at all: read between its commit and a
+		// "no room", it looked like room taken for good, and a refund the
+		// provider made was left failed.
+		if err := s.store.lockPayment(ctx, tx, r.MerchantID, r.PaymentID); err != nil {
+			return err
+		}
 		ok, err := s.store.reserve(ctx, tx, r.MerchantID, r.PaymentID, r.Amount)
 		if err != nil {
 			return err

@@ -938,6 +938,62 @@ func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 	}
 }
 
+// The refund in flight that holds the room fails while a recheck finds the
+// landed refund: its failure (the refund's row, then the amount given
+// back) commits between the recheck's "no room" and its look at what is in
+// flight. The recheck reads both under the payment's row lock, so it sees
+// the failure whole or not at all: it waits, and the next recheck re-opens
+// the refund the provider made. Read between the two, it took the room
+// for gone, paged a person and stopped looking.
+func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
+	t.Parallel()
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	ps, g, m, id := l.ps, l.g, l.m, l.paymentID
+	db := g.App.DB()
+	ps.PendNextRefund()
+	all := refundOf(g, m, id, "r2", map[string]any{})
+	require.Equal(t, http.StatusAccepted, all.StatusCode, string(all.Body))
+	ps.Faults.Land(l.ref)
+	r2 := providers.RefundReference(m.ID, "r2")
+	require.NoError(t, ps.SettleRefund(r2, providers.OutcomeFailed))
+	h, failed, err := ps.RefundWebhook(r2)
+	require.NoError(t, err)
+
+	var fired atomic.Bool
+	delivered := make(chan error, 1)
+	require.NoError(t, db.Callback().Row().Before("gorm:row").Register("refund_fails_during_recheck", func(tx *gorm.DB) {
+		if !strings.Contains(tx.Statement.SQL.String(), "AS held") || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		// r2's failure, delivered now: it either commits before the
+		// recheck reads on, or waits for the recheck's row lock.
+		go func() {
+			r, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, failed, headerPairs(h)...)
+			if err == nil && r.StatusCode != http.StatusOK {
+				err = fmt.Errorf("webhook answered %d: %s", r.StatusCode, r.Body)
+			}
+			delivered <- err
+		}()
+		select {
+		case err := <-delivered:
+			delivered <- err
+		case <-time.After(time.Second):
+		}
+	}))
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+	sweep(t, g)
+	require.True(t, fired.Load(), "the recheck found no room")
+	require.NoError(t, <-delivered)
+	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+all.JSON(t)["id"].(string)).JSON(t)["status"])
+	require.NotContains(t, g.Logs.String(), "the provider refunded more than the ledger shows")
+
+	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
+	sweep(t, g)
+	require.Equal(t, "succeeded", g.Get(m, "/v1/refunds/"+l.refundID).JSON(t)["status"])
+	require.EqualValues(t, 1500, amountRefunded(t, g, m, id))
+	require.Equal(t, 1, ps.Refunds(l.ref), "looked up, never sent again")
+}
+
 // A scheduled recheck whose lookup found nothing does not end a recheck a
 // provider's event moved further ahead meanwhile (it found the refund
 // landed, held back by refunds in flight): the event is the newer news.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/gateway/app/database/dbclock"
 )
@@ -209,6 +210,19 @@ WHERE id = ? AND merchant_id = ? AND status = ? AND amount_refunded + ? <= amoun
 		return false, interpret("reserve refund", res.Error)
 	}
 	return res.RowsAffected == 1, nil
+}
+
+// lockPayment holds the payment's row until tx ends (PostgreSQL; SQLite
+// serializes writing transactions already).
+func (s *Store) lockPayment(ctx context.Context, tx *gorm.DB, merchantID, paymentID string) error {
+	db := s.exec(ctx, tx)
+	if db.Dialector.Name() != "postgres" {
+		return nil
+	}
+	var ids []string
+	err := db.Model(&Payment{}).Where("merchant_id = ? AND id = ?", merchantID, paymentID).
+		Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Pluck("id", &ids).Error
+	return interpret("lock payment", err)
 }
 
 // inFlightCouldMakeRoom reports whether refunds of a payment other than
