@@ -258,10 +258,6 @@ func (s *Service) openRefund(ctx context.Context, claim idempotency.Claim, merch
 }
 
 // newRefund reserves the amount and inserts the refund of a first claim.
-// fullRefundAttempts bounds how often a refund of all that is left reads
-// the remainder again after concurrent refunds took part of it.
-const fullRefundAttempts = 5
-
 func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.Claim, merchantID, paymentID string, in refundInput, r *Refund) error {
 	p, amount, err := s.reserveAmount(ctx, tx, merchantID, paymentID, in.Amount)
 	if err != nil {
@@ -286,54 +282,38 @@ func (s *Service) newRefund(ctx context.Context, tx *gorm.DB, claim idempotency.
 }
 
 // reserveAmount reserves want on the payment, or all that is left of it
-// when want is zero, and returns the payment as read and the amount.
+// when want is zero, and returns the payment as read and the amount. The
+// payment is read under its row lock, so what is left cannot change
+// before the reservation: a refund in flight failing meanwhile (its amount
+// given back in its own transaction) is either seen or waits, and a "no
+// room" answer never names an amount_refundable that would have fitted.
 func (s *Service) reserveAmount(ctx context.Context, tx *gorm.DB, merchantID, paymentID string, want int64) (Payment, int64, error) {
-	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
+	p, err := s.store.getForUpdate(ctx, tx, merchantID, paymentID)
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, 0, refundClaimErr{errPaymentNotFound}
 	}
 	if err != nil {
 		return Payment{}, 0, err
 	}
-	for attempt := 1; ; attempt++ {
-		if p.Status != StatusSucceeded {
-			return Payment{}, 0, refundClaimErr{errNotRefundable}
-		}
-		amount := want
-		if amount == 0 {
-			amount = p.Amount - p.AmountRefunded
-		}
-		if amount <= 0 {
-			return Payment{}, 0, refundClaimErr{exceedsRemaining(0)}
-		}
-		ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
-		if err != nil {
-			return Payment{}, 0, err
-		}
-		if ok {
-			return p, amount, nil
-		}
-		if want != 0 || attempt == fullRefundAttempts {
-			return Payment{}, 0, s.whyNotReserved(ctx, tx, merchantID, paymentID)
-		}
-		// "All that is left" read before another refund reserved part of
-		// it: what is left is less now, and still this request's to take.
-		if p, err = s.store.getTx(ctx, tx, merchantID, paymentID); err != nil {
-			return Payment{}, 0, err
-		}
-	}
-}
-
-// whyNotReserved reads why a reservation did not fit, after the fact.
-func (s *Service) whyNotReserved(ctx context.Context, tx *gorm.DB, merchantID, paymentID string) error {
-	p, err := s.store.getTx(ctx, tx, merchantID, paymentID)
-	if err != nil {
-		return err
-	}
 	if p.Status != StatusSucceeded {
-		return refundClaimErr{errNotRefundable}
+		return Payment{}, 0, refundClaimErr{errNotRefundable}
 	}
-	return refundClaimErr{exceedsRemaining(p.Amount - p.AmountRefunded)}
+	left := p.Amount - p.AmountRefunded
+	amount := want
+	if amount == 0 {
+		amount = left
+	}
+	if amount <= 0 || amount > left {
+		return Payment{}, 0, refundClaimErr{exceedsRemaining(max(left, 0))}
+	}
+	ok, err := s.store.reserve(ctx, tx, merchantID, paymentID, amount)
+	if err != nil {
+		return Payment{}, 0, err
+	}
+	if !ok {
+		return Payment{}, 0, ErrConflict // changed under the lock: cannot happen
+	}
+	return p, amount, nil
 }
 
 // finishRefund records a final refund outcome and completes the key with

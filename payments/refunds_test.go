@@ -994,6 +994,63 @@ func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
 	require.Equal(t, 1, ps.Refunds(l.ref), "looked up, never sent again")
 }
 
+// A refund in flight fails (its amount given back) just as a new refund
+// has read what is left of the payment: the new refund's answer is
+// consistent with one moment — it fits, or it is refused naming the room
+// there was. Read in two statements, the refusal could name room enough
+// for the refund it refused (400 refund_exceeds_remaining, amount_refundable
+// 5000 for 3000): an answer a merchant takes as final, the customer never
+// refunded. (Found by a reviewer's probe.)
+func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
+	t.Parallel()
+	ps, g, m, id := paidAtPaystack(t)
+	db := g.App.DB()
+	ps.PendNextRefund()
+	a := refundOf(g, m, id, "a", map[string]any{"amount": 3000})
+	require.Equal(t, http.StatusAccepted, a.StatusCode, string(a.Body))
+	ref := providers.RefundReference(m.ID, "a")
+	require.NoError(t, ps.SettleRefund(ref, providers.OutcomeFailed))
+	h, failed, err := ps.RefundWebhook(ref)
+	require.NoError(t, err)
+
+	var fired atomic.Bool
+	delivered := make(chan error, 1)
+	// Once the new refund has looked at the room (a locked read of the
+	// payment, or a reservation that did not fit), a's failure arrives.
+	lookedAtRoom := func(tx *gorm.DB) {
+		sql := tx.Statement.SQL.String()
+		locked := strings.Contains(sql, `"payments"`) && strings.Contains(sql, "FOR UPDATE")
+		noRoom := strings.Contains(sql, "amount_refunded = amount_refunded +") && tx.Statement.RowsAffected == 0
+		if !(locked || noRoom) || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		go func() {
+			r, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, failed, headerPairs(h)...)
+			if err == nil && r.StatusCode != http.StatusOK {
+				err = fmt.Errorf("webhook answered %d: %s", r.StatusCode, r.Body)
+			}
+			delivered <- err
+		}()
+		select {
+		case err := <-delivered:
+			delivered <- err
+		case <-time.After(time.Second):
+		}
+	}
+	require.NoError(t, db.Callback().Raw().After("gorm:raw").Register("refund_fails_as_room_is_read", lookedAtRoom))
+	require.NoError(t, db.Callback().Query().After("gorm:query").Register("refund_fails_as_room_is_read", lookedAtRoom))
+	b := refundOf(g, m, id, "b", map[string]any{"amount": 3000})
+	require.True(t, fired.Load())
+	require.NoError(t, <-delivered)
+	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+a.JSON(t)["id"].(string)).JSON(t)["status"])
+	if b.StatusCode == http.StatusBadRequest {
+		require.Equal(t, "refund_exceeds_remaining", b.JSON(t)["code"], string(b.Body))
+		require.EqualValues(t, 2000, b.JSON(t)["amount_refundable"], "the room as it was while a held 3000: %s", b.Body)
+	} else {
+		require.Equal(t, http.StatusAccepted, b.StatusCode, string(b.Body))
+	}
+}
+
 // A scheduled recheck whose lookup found nothing does not end a recheck a
 // provider's event moved further ahead meanwhile (it found the refund
 // landed, held back by refunds in flight): the event is the newer news.

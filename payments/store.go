@@ -61,6 +61,19 @@ func (s *Store) getTx(ctx context.Context, tx *gorm.DB, merchantID, id string) (
 	return p, interpret("get", err)
 }
 
+// getForUpdate is getTx under the payment's row lock until tx ends
+// (PostgreSQL; SQLite's transactions take the database's write lock as
+// they begin).
+func (s *Store) getForUpdate(ctx context.Context, tx *gorm.DB, merchantID, id string) (Payment, error) {
+	var p Payment
+	db := s.exec(ctx, tx)
+	if db.Dialector.Name() == "postgres" {
+		db = db.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	err := db.Where("merchant_id = ? AND id = ?", merchantID, id).Take(&p).Error
+	return p, interpret("get", err)
+}
+
 // GetByKey returns the payment made under an idempotency key, with its
 // age by the database's clock (AgeSeconds).
 func (s *Store) GetByKey(ctx context.Context, tx *gorm.DB, merchantID, key string) (Payment, error) {
