@@ -776,6 +776,27 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.False(t, watched(t, g, m, "refunded"))
 	})
 
+	t.Run("RefundedWhileLookedUpIsNoAlarm", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "refunded-meanwhile")
+		ps.FailNext(http.StatusInternalServerError)
+		resolved(t, g, id, "succeeded", "the bank says paid")
+		dbtest.Age(t, g.App.DB(), 2*time.Hour, "payments", "recheck_at")
+		taken, err := g.App.Payments.DueRechecks(context.Background(), 10)
+		require.NoError(t, err)
+		require.Len(t, taken, 1)
+		// Refunded in full through the gateway after the take read the
+		// payment, before the provider answers "reversed".
+		require.NoError(t, g.App.DB().Exec(`UPDATE payments SET amount_refunded = amount WHERE id = ?`, id).Error)
+		require.NoError(t, ps.Settle(ledgerByKey(t, g, m.ID, "refunded-meanwhile").ProviderReference, providers.OutcomeFailed))
+		_, err = g.App.Payments.Recheck(context.Background(), taken[0])
+		require.NoError(t, err)
+		require.Zero(t, errorsAbout(g, id, "resolved as succeeded"), g.Logs.String())
+		require.Contains(t, g.Logs.String(), "since refunded")
+		require.False(t, watched(t, g, m, "refunded-meanwhile"))
+	})
+
 	t.Run("SucceededThenReversed", func(t *testing.T) {
 		t.Parallel()
 		ps, g, m := paystackMerchant(t)

@@ -124,6 +124,13 @@ const resolutionWatch = 7 * 24 * time.Hour
 // waited for: a merchant need not have set them up at the provider.
 func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, error) {
 	res, err := s.lookup(ctx, &p)
+	if err == nil && p.Status == StatusSucceeded {
+		// A refund made through the gateway while the provider was asked
+		// reads there as reversed or not charged: the alarms below weigh
+		// what is refunded now, not what the take read.
+		cur, gerr := s.store.getTx(ctx, nil, p.MerchantID, p.ID)
+		p.AmountRefunded, err = cur.AmountRefunded, gerr
+	}
 	next := time.Duration(0) // the watch ends
 	switch {
 	case errors.Is(err, errNoTurn):
