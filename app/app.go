@@ -373,9 +373,9 @@ func (a *App) routes() {
 	if a.Metrics != nil {
 		// Outside the recoverer and the access log, so it counts the status
 		// the client gets, a recovered panic's 500 included.
-		f.Use(requestID(), a.Metrics.Middleware(), recoverer(a.log), accessLog(a.log), refuseMalformed(), refuseEncodings())
+		f.Use(requestID(), a.Metrics.Middleware(), recoverer(a.log), accessLog(a.log), refuseMalformed(), refuseEncodings(), refuseTwoCredentials(), refuseQueriesOnWrites())
 	} else {
-		f.Use(requestID(), recoverer(a.log), accessLog(a.log), refuseMalformed(), refuseEncodings())
+		f.Use(requestID(), recoverer(a.log), accessLog(a.log), refuseMalformed(), refuseEncodings(), refuseTwoCredentials(), refuseQueriesOnWrites())
 	}
 
 	// Draining (SHUTDOWN_DELAY), each answer ends its connection: a

@@ -175,6 +175,13 @@ func TestHostileInput(t *testing.T) {
 		{name: "AdminCursorNUL", method: "GET", path: "/admin/v1/tenants?cursor=" + cursor("1.ten_\x00"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
 		{name: "AdminCursorInvalidUTF8", method: "GET", path: "/admin/v1/tenants?cursor=" + cursor("1.ten_\xff"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
 
+		// A query on a request that writes: no write route reads one, and
+		// the fingerprint does not hash it (h43 is used again below).
+		{name: "QueryOnAPayment", method: "POST", path: "/v1/payments?amount=1", body: pay(""), headers: key("h43"), status: 400, code: "invalid_request"},
+		{name: "QueryOnARotation", method: "POST", path: "/admin/v1/tenants/" + m.ID + "/credentials?dry_run=1", headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
+		{name: "QueryOnAWebhookIsTheMerchants", method: "POST", path: "/v1/webhooks/paystack/" + m.ID + "?from=dashboard", body: []byte(`{}`), headers: []string{"Content-Type", "application/json"}, status: 401, code: "invalid_signature"},
+		{name: "AuthorizationTwice", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nAuthorization: Bearer other\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
+
 		// Webhooks: no authentication but the signature, and one answer
 		// for whatever cannot be verified (no tenant id oracle).
 		{name: "WebhookUnknownTenant", method: "POST", path: "/v1/webhooks/paystack/ten_000000000000000000000000", body: []byte(`{"event":"charge.success"}`), headers: []string{"Content-Type", "application/json"}, status: 401, code: "invalid_signature"},
@@ -241,6 +248,13 @@ func TestHostileInput(t *testing.T) {
 		require.NotContains(t, g.Logs.String(), m.Token, "no token is logged, even from a request the server could not read")
 		require.NotContains(t, g.Logs.String(), "secret-ish", "nor any of such a request's bytes")
 		require.NotContains(t, g.Logs.String(), strings.TrimPrefix(admin, "Bearer "))
+	})
+	t.Run("ARefusedQueryTookNothing", func(t *testing.T) {
+		// Its key was never claimed, and the rotation never ran.
+		paid := g.Do("POST", "/v1/payments", pay(""), key("h43")...)
+		require.Equal(t, 201, paid.StatusCode, "%s", paid.Body)
+		require.Empty(t, paid.Header.Get("Idempotent-Replayed"))
+		require.NotEmpty(t, g.Token(m.ClientID, m.ClientSecret), "the credentials were not rotated")
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/gateway/app/logctx"
 	"github.com/oncepay/gateway/app/problem"
+	"github.com/oncepay/gateway/app/query"
 	"github.com/oncepay/gateway/idempotency"
 	"github.com/oncepay/gateway/tenants"
 )
@@ -250,6 +251,43 @@ func refuseEncodings() fiber.Handler {
 						"request bodies must not be content-coded (send them without Content-Encoding)"))
 				}
 			}
+		}
+		return c.Next()
+	}
+}
+
+// refuseTwoCredentials answers 400 to a request with Authorization sent
+// more than once. The gateway reads the first; a proxy or log in front
+// may read the last, and then a request is charged to one caller while
+// another is seen making it.
+func refuseTwoCredentials() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if len(c.Request().Header.PeekAll(fiber.HeaderAuthorization)) > 1 {
+			return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
+				"Authorization is sent more than once; send it once"))
+		}
+		return c.Next()
+	}
+}
+
+// refuseQueriesOnWrites answers 400, naming it, to a query parameter on a
+// request that writes: no such route reads one, and the idempotency
+// fingerprint does not hash the query, so a parameter a caller meant
+// (?amount=…, ?dry_run=1) would be silently ignored and its retry
+// replayed. Provider webhooks are spared: a merchant may have registered
+// their URL with a query of their own at the provider, and refusing it
+// would lose every event.
+func refuseQueriesOnWrites() fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		switch c.Method() {
+		case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
+			return c.Next()
+		}
+		if strings.HasPrefix(c.Path(), "/v1/webhooks/") {
+			return c.Next()
+		}
+		if err := query.Known(c); err != nil {
+			return err
 		}
 		return c.Next()
 	}
