@@ -161,6 +161,9 @@ func TestHostileInput(t *testing.T) {
 		// A request smuggled inside another's body past a proxy that read
 		// the length the other way.
 		{name: "ContentLengthTwiceDiffering", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h40\r\nContent-Type: application/json\r\nContent-Length: 2\r\ncontent-length: " + strconv.Itoa(len(valid)) + "\r\nConnection: close\r\n\r\n" + valid, status: 400, code: "invalid_request"},
+		{name: "ContentLengthTwiceSecondLarger", raw: "GET /healthz HTTP/1.1\r\nHost: HOST\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "ContentLengthTwiceSame", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h42\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "invalid_request"},
+		{name: "NULInAnotherHeader", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nX-Anything: a\x00b\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "NULInTheTarget", raw: "GET /v1/payments/\xff\x00 HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "ContentLengthAndChunked", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: h41\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + strconv.FormatInt(int64(len(valid)), 16) + "\r\n" + valid + "\r\n0\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "PathHuge", raw: "GET /v1/payments/pay_" + strings.Repeat("a", 10000) + " HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nConnection: close\r\n\r\n", oversized: true, status: 431, code: "headers_too_large"},
@@ -193,12 +196,12 @@ func TestHostileInput(t *testing.T) {
 		// Credentials and headers.
 		{name: "BasicClientIDNUL", method: "POST", path: "/v1/auth/token", body: []byte("grant_type=client_credentials"), headers: []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic("cli_\x00", "x")}, status: 401, code: "invalid_client"},
 		{name: "BasicClientIDInvalidUTF8", method: "POST", path: "/v1/auth/token", body: []byte("grant_type=client_credentials"), headers: []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic("cli_\xff\xfe", "\xff")}, status: 401, code: "invalid_client"},
-		{name: "BasicRawNUL", raw: "POST /v1/auth/token HTTP/1.1\r\nHost: HOST\r\nAuthorization: Basic \x00\x00\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 29\r\nConnection: close\r\n\r\ngrant_type=client_credentials", status: 401, code: "invalid_client"},
+		{name: "BasicRawNUL", raw: "POST /v1/auth/token HTTP/1.1\r\nHost: HOST\r\nAuthorization: Basic \x00\x00\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 29\r\nConnection: close\r\n\r\ngrant_type=client_credentials", status: 400, code: "invalid_request"},
 		{name: "BasicClientIDHuge", method: "POST", path: "/v1/auth/token", body: []byte("grant_type=client_credentials"), headers: []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic(strings.Repeat("c", 700), "x")}, status: 401, code: "invalid_client"},
 		{name: "GrantTypeNUL", method: "POST", path: "/v1/auth/token", body: []byte("grant_type=%00"), headers: []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic(m.ClientID, m.ClientSecret)}, status: 400, code: "unsupported_grant_type"},
-		{name: "BearerGarbage", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer \xff\xfe.\x01.\x02\r\nConnection: close\r\n\r\n", status: 401, code: "invalid_token"},
-		{name: "BearerNUL", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer a\x00b\r\nConnection: close\r\n\r\n", status: 401, code: "invalid_token"},
-		{name: "IdempotencyKeyControlByte", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: a\x01b\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "idempotency_key_invalid"},
+		{name: "BearerGarbage", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer \xff\xfe.\x01.\x02\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "BearerNUL", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer a\x00b\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
+		{name: "IdempotencyKeyControlByte", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: a\x01b\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "invalid_request"},
 		{name: "IdempotencyKeyHighBytes", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: caf\xc3\xa9\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "idempotency_key_invalid"},
 		{name: "IdempotencyKeyTwice", raw: "POST /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", status: 400, code: "idempotency_key_invalid"},
 		{name: "IdempotencyKeyHuge", method: "POST", path: "/v1/payments", body: pay(""), headers: key(strings.Repeat("k", 600)), status: 400, code: "idempotency_key_invalid"},
@@ -211,7 +214,7 @@ func TestHostileInput(t *testing.T) {
 		{name: "BadContentLength", raw: "POST /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nContent-Length: abc\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "AuditCursorYear10000", method: "GET", path: "/admin/v1/audit-events?cursor=" + cursor("253402300800000000.aud_x"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
 		{name: "TenantsCursorYear10000", method: "GET", path: "/admin/v1/tenants?cursor=" + cursor("253402300800000000.ten_x"), headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
-		{name: "UnknownMethod", raw: "\x00\x01GET\x00 /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\n\r\n", status: 501, code: "method_not_implemented"},
+		{name: "UnknownMethod", raw: "\x00\x01GET\x00 /v1/payments?secret-ish HTTP/1.1\r\nHost: HOST\r\n\r\n", status: 400, code: "invalid_request"},
 		{name: "UnknownMethodWord", raw: "BREW /v1/payments HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n\r\n", status: 501, code: "method_not_implemented"},
 	}
 	for _, r := range rows {

@@ -157,7 +157,7 @@ func TestMiddlewareAdmitGivesUpAtTheRequestsDeadline(t *testing.T) {
 		return c.Status(201).Send(c.Body())
 	})
 	post := func(key, body string) *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, "/v1/things", bytes.NewBufferString(body))
+		req, _ := http.NewRequest(http.MethodPost, "http://example.com/v1/things", bytes.NewBufferString(body))
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := app.Test(req, 10_000)
 		require.NoError(t, err)
