@@ -116,6 +116,7 @@ func TestHostileInput(t *testing.T) {
 		oversized bool
 		status    int
 		code      string
+		oauth     string // RFC 6749's error member, on the token route
 	}
 	key := func(k string) []string {
 		return []string{"Authorization", bearer, "Idempotency-Key", k, "Content-Type", "application/json"}
@@ -183,6 +184,9 @@ func TestHostileInput(t *testing.T) {
 		{name: "QueryOnAPayment", method: "POST", path: "/v1/payments?amount=1", body: pay(""), headers: key("h43"), status: 400, code: "invalid_request"},
 		{name: "QueryOnARotation", method: "POST", path: "/admin/v1/tenants/" + m.ID + "/credentials?dry_run=1", headers: []string{"Authorization", admin}, status: 400, code: "invalid_request"},
 		{name: "QueryOnAWebhookIsTheMerchants", method: "POST", path: "/v1/webhooks/paystack/" + m.ID + "?from=dashboard", body: []byte(`{}`), headers: []string{"Content-Type", "application/json"}, status: 401, code: "invalid_signature"},
+		{name: "QueryOnAWebhookAsCasedAtTheProvider", method: "POST", path: "/V1/Webhooks/paystack/" + m.ID + "?from=dashboard", body: []byte(`{}`), headers: []string{"Content-Type", "application/json"}, status: 401, code: "invalid_signature"},
+		{name: "QueryOnTheTokenRoute", method: "POST", path: "/v1/auth/token?grant_type=client_credentials", body: []byte("grant_type=client_credentials"), headers: []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic(m.ClientID, m.ClientSecret)}, status: 400, code: "invalid_request", oauth: "invalid_request"},
+		{name: "AuthorizationTwiceOnTheTokenRoute", raw: "POST /v1/auth/token HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + basic(m.ClientID, m.ClientSecret) + "\r\nAuthorization: Basic b3RoZXI6eA==\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 29\r\nConnection: close\r\n\r\ngrant_type=client_credentials", status: 400, code: "invalid_request", oauth: "invalid_request"},
 		{name: "AuthorizationTwice", raw: "GET /v1/payments HTTP/1.1\r\nHost: HOST\r\nAuthorization: " + bearer + "\r\nAuthorization: Bearer other\r\nConnection: close\r\n\r\n", status: 400, code: "invalid_request"},
 
 		// Webhooks: no authentication but the signature, and one answer
@@ -233,6 +237,9 @@ func TestHostileInput(t *testing.T) {
 			var p map[string]any
 			require.NoError(t, json.Unmarshal(got.Body, &p), "%s", got.Body)
 			require.Equal(t, r.code, p["code"], "%s", got.Body)
+			if r.oauth != "" {
+				require.Equal(t, r.oauth, p["error"], "%s", got.Body)
+			}
 			require.NotEmpty(t, p["request_id"], "%s", got.Body)
 			require.Equal(t, p["request_id"], got.Header.Get("X-Request-Id"))
 			require.NotContains(t, string(got.Body), "secret-ish", "nothing of the request is quoted")

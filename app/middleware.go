@@ -246,14 +246,15 @@ func refuseEncodings() fiber.Handler {
 }
 
 // refuseTwoCredentials answers 400 to a request with Authorization sent
-// more than once. The gateway reads the first; a proxy or log in front
-// may read the last, and then a request is charged to one caller while
-// another is seen making it.
+// more than once (tenants.TwoCredentials), on every route that does not
+// answer it itself (sparedPath).
 func refuseTwoCredentials() fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		if len(c.Request().Header.PeekAll(fiber.HeaderAuthorization)) > 1 {
-			return problem.Write(c, problem.New(fiber.StatusBadRequest, "invalid_request",
-				"Authorization is sent more than once; send it once"))
+		if sparedPath(c.Path()) {
+			return c.Next()
+		}
+		if err := tenants.TwoCredentials(c); err != nil {
+			return err
 		}
 		return c.Next()
 	}
@@ -263,16 +264,14 @@ func refuseTwoCredentials() fiber.Handler {
 // request that writes: no such route reads one, and the idempotency
 // fingerprint does not hash the query, so a parameter a caller meant
 // (?amount=…, ?dry_run=1) would be silently ignored and its retry
-// replayed. Provider webhooks are spared: a merchant may have registered
-// their URL with a query of their own at the provider, and refusing it
-// would lose every event.
+// replayed.
 func refuseQueriesOnWrites() fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		switch c.Method() {
 		case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
 			return c.Next()
 		}
-		if strings.HasPrefix(c.Path(), "/v1/webhooks/") {
+		if sparedPath(c.Path()) {
 			return c.Next()
 		}
 		if err := query.Known(c); err != nil {
@@ -280,4 +279,19 @@ func refuseQueriesOnWrites() fiber.Handler {
 		}
 		return c.Next()
 	}
+}
+
+// sparedPath reports whether path is a route the two refusals above leave
+// alone: a provider's webhook, whose URL — a query included — is what the
+// merchant registered at the provider (refusing it would lose every event),
+// and which carries no Authorization; and the token route, which refuses
+// both itself, in OAuth's shape (RFC 6749's error member). Compared as
+// Fiber routes, without regard to case.
+func sparedPath(path string) bool {
+	for _, prefix := range []string{"/v1/webhooks/", "/v1/auth/token"} {
+		if len(path) >= len(prefix) && strings.EqualFold(path[:len(prefix)], prefix) {
+			return true
+		}
+	}
+	return false
 }

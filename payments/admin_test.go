@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -795,6 +796,28 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 		require.Zero(t, errorsAbout(g, id, "resolved as succeeded"), g.Logs.String())
 		require.Contains(t, g.Logs.String(), "since refunded")
 		require.False(t, watched(t, g, m, "refunded-meanwhile"))
+	})
+
+	t.Run("ReversedIsWeighedThroughABlip", func(t *testing.T) {
+		t.Parallel()
+		ps, g, m := paystackMerchant(t)
+		id := pendingInReview(t, g, m, "reversed-blip")
+		ps.FailNext(http.StatusInternalServerError)
+		resolved(t, g, id, "succeeded", "the bank says paid")
+		ref := ledgerByKey(t, g, m.ID, "reversed-blip").ProviderReference
+		require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
+		require.NoError(t, ps.Reverse(ref))
+		// The re-read of what is refunded, after the lookup, fails.
+		var blipped atomic.Bool
+		require.NoError(t, g.App.DB().Callback().Query().After("gorm:query").Register("reread_blip", func(tx *gorm.DB) {
+			if strings.HasPrefix(tx.Statement.SQL.String(), `SELECT * FROM "payments" WHERE merchant_id = `) && blipped.CompareAndSwap(false, true) {
+				_ = tx.AddError(errors.New("blip"))
+			}
+		}))
+		due(t, g)
+		require.True(t, blipped.Load())
+		require.Equal(t, 1, errorsAbout(g, id, "has been reversed at the provider"), "the provider's answer is still weighed: %s", g.Logs.String())
+		require.False(t, watched(t, g, m, "reversed-blip"), "final at the provider: the watch ends")
 	})
 
 	t.Run("SucceededThenReversed", func(t *testing.T) {

@@ -128,8 +128,14 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 		// A refund made through the gateway while the provider was asked
 		// reads there as reversed or not charged: the alarms below weigh
 		// what is refunded now, not what the take read.
-		cur, gerr := s.store.getTx(ctx, nil, p.MerchantID, p.ID)
-		p.AmountRefunded, err = cur.AmountRefunded, gerr
+		// Unread, the take's amount stands: the provider's answer is
+		// still weighed, not dropped for a database blip.
+		if cur, gerr := s.store.getTx(ctx, nil, p.MerchantID, p.ID); gerr == nil {
+			p.AmountRefunded = cur.AmountRefunded
+		} else {
+			s.cfg.Log.WarnContext(ctx, "watching an operator's resolution: could not read what is refunded now; weighing the amount read before the lookup",
+				"merchant_id", p.MerchantID, "payment_id", p.ID, "err", gerr)
+		}
 	}
 	next := time.Duration(0) // the watch ends
 	switch {

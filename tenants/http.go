@@ -501,8 +501,28 @@ func oauthError(p *problem.Problem) string {
 	return ""
 }
 
+// TwoCredentials refuses a request with Authorization sent more than
+// once: the gateway reads the first; a proxy or log in front may read the
+// last, and then a request is charged to one caller while another is seen
+// making it.
+func TwoCredentials(c *fiber.Ctx) error {
+	if len(c.Request().Header.PeekAll(fiber.HeaderAuthorization)) > 1 {
+		return problem.New(fiber.StatusBadRequest, "invalid_request",
+			"Authorization is sent more than once; send it once")
+	}
+	return nil
+}
+
 // grant is the grant of issueToken, without RFC 6749's error member.
 func (h *Handler) grant(c *fiber.Ctx) error {
+	if err := TwoCredentials(c); err != nil {
+		return err
+	}
+	// The form is the request: a query is never read, so it is refused
+	// rather than ignored.
+	if err := query.Known(c); err != nil {
+		return err
+	}
 	mt, _, err := mime.ParseMediaType(string(c.Request().Header.ContentType()))
 	if err != nil || mt != fiber.MIMEApplicationForm {
 		// 400 invalid_request, not 415: RFC 6749 §5.2's answer, which
