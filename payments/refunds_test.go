@@ -967,18 +967,7 @@ func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
 		}
 		// r2's failure, delivered now: it either commits before the
 		// recheck reads on, or waits for the recheck's row lock.
-		go func() {
-			r, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, failed, headerPairs(h)...)
-			if err == nil && r.StatusCode != http.StatusOK {
-				err = fmt.Errorf("webhook answered %d: %s", r.StatusCode, r.Body)
-			}
-			delivered <- err
-		}()
-		select {
-		case err := <-delivered:
-			delivered <- err
-		case <-time.After(time.Second):
-		}
+		deliverMeanwhile(g, m, h, failed, delivered)
 	}))
 	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
 	sweep(t, g)
@@ -1024,18 +1013,7 @@ func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
 		if !(locked || noRoom) || !fired.CompareAndSwap(false, true) {
 			return
 		}
-		go func() {
-			r, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, failed, headerPairs(h)...)
-			if err == nil && r.StatusCode != http.StatusOK {
-				err = fmt.Errorf("webhook answered %d: %s", r.StatusCode, r.Body)
-			}
-			delivered <- err
-		}()
-		select {
-		case err := <-delivered:
-			delivered <- err
-		case <-time.After(time.Second):
-		}
+		deliverMeanwhile(g, m, h, failed, delivered)
 	}
 	require.NoError(t, db.Callback().Raw().After("gorm:raw").Register("refund_fails_as_room_is_read", lookedAtRoom))
 	require.NoError(t, db.Callback().Query().After("gorm:query").Register("refund_fails_as_room_is_read", lookedAtRoom))
@@ -1048,6 +1026,26 @@ func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
 		require.EqualValues(t, 2000, b.JSON(t)["amount_refundable"], "the room as it was while a held 3000: %s", b.Body)
 	} else {
 		require.Equal(t, http.StatusAccepted, b.StatusCode, string(b.Body))
+	}
+}
+
+// deliverMeanwhile posts a Paystack event for m from inside another
+// transaction's statement (a GORM callback): the event either ends within
+// a second, or waits for that transaction's row locks and ends after it
+// commits, while the caller goes on. Its outcome goes to delivered (which
+// holds one), put back when read here.
+func deliverMeanwhile(g *apptest.Gateway, m apptest.Merchant, h http.Header, raw []byte, delivered chan error) {
+	go func() {
+		r, err := g.Try("POST", "/v1/webhooks/paystack/"+m.ID, raw, headerPairs(h)...)
+		if err == nil && r.StatusCode != http.StatusOK {
+			err = fmt.Errorf("webhook answered %d: %s", r.StatusCode, r.Body)
+		}
+		delivered <- err
+	}()
+	select {
+	case err := <-delivered:
+		delivered <- err
+	case <-time.After(time.Second):
 	}
 }
 
