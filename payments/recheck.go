@@ -127,9 +127,9 @@ func (s *Service) watchResolution(ctx context.Context, p Payment) (Settlement, e
 	if err == nil && p.Status == StatusSucceeded {
 		// A refund made through the gateway while the provider was asked
 		// reads there as reversed or not charged: the alarms below weigh
-		// what is refunded now, not what the take read.
-		// Unread, the take's amount stands: the provider's answer is
-		// still weighed, not dropped for a database blip.
+		// what is refunded now, not what the take read. Unread, the
+		// take's amount stands: the provider's answer is still weighed,
+		// not dropped for a database blip.
 		if cur, gerr := s.store.getTx(ctx, nil, p.MerchantID, p.ID); gerr == nil {
 			p.AmountRefunded = cur.AmountRefunded
 		} else {
