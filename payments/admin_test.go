@@ -800,22 +800,24 @@ func TestAnUnconfirmedResolutionIsWatched(t *testing.T) {
 
 	t.Run("ReversedIsWeighedThroughABlip", func(t *testing.T) {
 		t.Parallel()
-		ps, g, m := paystackMerchant(t)
+		// The re-read of what is refunded, after the lookup, fails.
+		var reread armedOnce
+		ps, g, m := paystackMerchant(t, apptest.OnDB(func(db *gorm.DB) error {
+			return db.Callback().Query().After("gorm:query").Register("reread_blip", func(tx *gorm.DB) {
+				if reread.take(strings.HasPrefix(tx.Statement.SQL.String(), `SELECT * FROM "payments" WHERE merchant_id = `)) {
+					_ = tx.AddError(errors.New("blip"))
+				}
+			})
+		}))
 		id := pendingInReview(t, g, m, "reversed-blip")
 		ps.FailNext(http.StatusInternalServerError)
 		resolved(t, g, id, "succeeded", "the bank says paid")
 		ref := ledgerByKey(t, g, m.ID, "reversed-blip").ProviderReference
 		require.NoError(t, ps.Settle(ref, providers.OutcomeSucceeded))
 		require.NoError(t, ps.Reverse(ref))
-		// The re-read of what is refunded, after the lookup, fails.
-		var blipped atomic.Bool
-		require.NoError(t, g.App.DB().Callback().Query().After("gorm:query").Register("reread_blip", func(tx *gorm.DB) {
-			if strings.HasPrefix(tx.Statement.SQL.String(), `SELECT * FROM "payments" WHERE merchant_id = `) && blipped.CompareAndSwap(false, true) {
-				_ = tx.AddError(errors.New("blip"))
-			}
-		}))
+		reread.arm()
 		due(t, g)
-		require.True(t, blipped.Load())
+		require.True(t, reread.fired.Load())
 		require.Equal(t, 1, errorsAbout(g, id, "has been reversed at the provider"), "the provider's answer is still weighed: %s", g.Logs.String())
 		require.False(t, watched(t, g, m, "reversed-blip"), "final at the provider: the watch ends")
 	})

@@ -947,7 +947,17 @@ func TestRefundLandingLateWaitsForRefundsInFlight(t *testing.T) {
 // for gone, paged a person and stopped looking.
 func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
 	t.Parallel()
-	l := refundLandingLate(t, map[string]any{"amount": 1500}, false)
+	var (
+		noRoom  armedOnce
+		deliver func()
+	)
+	l := refundLandingLate(t, map[string]any{"amount": 1500}, false, apptest.OnDB(func(db *gorm.DB) error {
+		return db.Callback().Row().Before("gorm:row").Register("refund_fails_during_recheck", func(tx *gorm.DB) {
+			if noRoom.take(strings.Contains(tx.Statement.SQL.String(), "AS held")) {
+				deliver()
+			}
+		})
+	}))
 	ps, g, m, id := l.ps, l.g, l.m, l.paymentID
 	db := g.App.DB()
 	ps.PendNextRefund()
@@ -959,19 +969,14 @@ func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
 	h, failed, err := ps.RefundWebhook(r2)
 	require.NoError(t, err)
 
-	var fired atomic.Bool
+	// r2's failure, delivered once the recheck found no room: it either
+	// commits before the recheck reads on, or waits for its row lock.
 	delivered := make(chan error, 1)
-	require.NoError(t, db.Callback().Row().Before("gorm:row").Register("refund_fails_during_recheck", func(tx *gorm.DB) {
-		if !strings.Contains(tx.Statement.SQL.String(), "AS held") || !fired.CompareAndSwap(false, true) {
-			return
-		}
-		// r2's failure, delivered now: it either commits before the
-		// recheck reads on, or waits for the recheck's row lock.
-		deliverMeanwhile(g, m, h, failed, delivered)
-	}))
+	deliver = func() { deliverMeanwhile(g, m, h, failed, delivered) }
+	noRoom.arm()
 	dbtest.Age(t, db, 2*time.Hour, "refund_rechecks", "recheck_at")
 	sweep(t, g)
-	require.True(t, fired.Load(), "the recheck found no room")
+	require.True(t, noRoom.fired.Load(), "the recheck found no room")
 	require.NoError(t, <-delivered)
 	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+all.JSON(t)["id"].(string)).JSON(t)["status"])
 	require.NotContains(t, g.Logs.String(), "the provider refunded more than the ledger shows")
@@ -992,8 +997,24 @@ func TestARefundFailingDuringARecheckIsNotTakenForGoneRoom(t *testing.T) {
 // refunded. (Found by a reviewer's probe.)
 func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
 	t.Parallel()
-	ps, g, m, id := paidAtPaystack(t)
-	db := g.App.DB()
+	var (
+		lookedAtRoom armedOnce
+		deliver      func()
+	)
+	// Once the new refund has looked at the room (a locked read of the
+	// payment, or a reservation that did not fit), a's failure arrives.
+	hook := func(tx *gorm.DB) {
+		sql := tx.Statement.SQL.String()
+		locked := strings.Contains(sql, `"payments"`) && strings.Contains(sql, "FOR UPDATE")
+		noRoom := strings.Contains(sql, "amount_refunded = amount_refunded +") && tx.Statement.RowsAffected == 0
+		if lookedAtRoom.take(locked || noRoom) {
+			deliver()
+		}
+	}
+	ps, g, m, id := paidAtPaystack(t, apptest.OnDB(func(db *gorm.DB) error {
+		return errors.Join(db.Callback().Raw().After("gorm:raw").Register("refund_fails_as_room_is_read", hook),
+			db.Callback().Query().After("gorm:query").Register("refund_fails_as_room_is_read", hook))
+	}))
 	ps.PendNextRefund()
 	a := refundOf(g, m, id, "a", map[string]any{"amount": 3000})
 	require.Equal(t, http.StatusAccepted, a.StatusCode, string(a.Body))
@@ -1002,23 +1023,11 @@ func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
 	h, failed, err := ps.RefundWebhook(ref)
 	require.NoError(t, err)
 
-	var fired atomic.Bool
 	delivered := make(chan error, 1)
-	// Once the new refund has looked at the room (a locked read of the
-	// payment, or a reservation that did not fit), a's failure arrives.
-	lookedAtRoom := func(tx *gorm.DB) {
-		sql := tx.Statement.SQL.String()
-		locked := strings.Contains(sql, `"payments"`) && strings.Contains(sql, "FOR UPDATE")
-		noRoom := strings.Contains(sql, "amount_refunded = amount_refunded +") && tx.Statement.RowsAffected == 0
-		if !(locked || noRoom) || !fired.CompareAndSwap(false, true) {
-			return
-		}
-		deliverMeanwhile(g, m, h, failed, delivered)
-	}
-	require.NoError(t, db.Callback().Raw().After("gorm:raw").Register("refund_fails_as_room_is_read", lookedAtRoom))
-	require.NoError(t, db.Callback().Query().After("gorm:query").Register("refund_fails_as_room_is_read", lookedAtRoom))
+	deliver = func() { deliverMeanwhile(g, m, h, failed, delivered) }
+	lookedAtRoom.arm()
 	b := refundOf(g, m, id, "b", map[string]any{"amount": 3000})
-	require.True(t, fired.Load())
+	require.True(t, lookedAtRoom.fired.Load())
 	require.NoError(t, <-delivered)
 	require.Equal(t, "failed", g.Get(m, "/v1/refunds/"+a.JSON(t)["id"].(string)).JSON(t)["status"])
 	if b.StatusCode == http.StatusBadRequest {
@@ -1027,6 +1036,22 @@ func TestARefundRefusedForRoomNamesTheRoomItSaw(t *testing.T) {
 	} else {
 		require.Equal(t, http.StatusAccepted, b.StatusCode, string(b.Body))
 	}
+}
+
+// armedOnce picks, inside a GORM callback registered before the gateway
+// serves (apptest.OnDB), the first matching statement once the test has
+// armed it: what the test set before arm is visible to the callback then.
+type armedOnce struct{ armed, fired atomic.Bool }
+
+func (a *armedOnce) arm() { a.armed.Store(true) }
+
+// take reports whether this statement, which matches or not, is the one.
+func (a *armedOnce) take(match bool) bool {
+	if match && a.armed.CompareAndSwap(true, false) {
+		a.fired.Store(true)
+		return true
+	}
+	return false
 }
 
 // deliverMeanwhile posts a Paystack event for m from inside another

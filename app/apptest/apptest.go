@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/oncepay/gateway/app"
 	"github.com/oncepay/gateway/app/database/dbtest"
 	"github.com/oncepay/gateway/config"
@@ -39,13 +41,26 @@ type Gateway struct {
 }
 
 // Option changes the environment a test gateway starts with.
-type Option func(env map[string]string)
+type Option func(*options)
+
+type options struct {
+	env  map[string]string
+	onDB []func(*gorm.DB) error
+}
 
 // Env sets one environment variable.
-func Env(name, value string) Option { return func(m map[string]string) { m[name] = value } }
+func Env(name, value string) Option { return func(o *options) { o.env[name] = value } }
 
 // SQLite runs the gateway on a fresh SQLite file instead of PostgreSQL.
-func SQLite() Option { return func(m map[string]string) { m["DATABASE_URL"] = "" } }
+func SQLite() Option { return func(o *options) { o.env["DATABASE_URL"] = "" } }
+
+// OnDB runs fn on the gateway's database once the app is built, before it
+// serves or starts its jobs: where a test registers GORM callbacks, which
+// registered on a running app's database race its background reads. A
+// callback that acts only later is armed by the test (an atomic.Bool).
+func OnDB(fn func(db *gorm.DB) error) Option {
+	return func(o *options) { o.onDB = append(o.onDB, fn) }
+}
 
 // BaseEnv is the environment of a test gateway on the database at dbURL
 // (empty: SQLite under dataDir). It is also what subprocess tests pass to
@@ -90,10 +105,11 @@ func Start(t testing.TB, opts ...Option) *Gateway {
 func Build(t testing.TB, opts ...Option) (a *app.App, logs *SyncBuffer, dbURL string) {
 	t.Helper()
 	dir := t.TempDir()
-	env := BaseEnv(postgresPlaceholder, dir)
-	for _, o := range opts {
-		o(env)
+	o := options{env: BaseEnv(postgresPlaceholder, dir)}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	env := o.env
 	if env["DATABASE_URL"] == postgresPlaceholder {
 		env["DATABASE_URL"] = dbtest.PostgresURL(t)
 	}
@@ -106,6 +122,11 @@ func Build(t testing.TB, opts ...Option) (a *app.App, logs *SyncBuffer, dbURL st
 	a, err = app.New(cfg, log)
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
+	}
+	for _, fn := range o.onDB {
+		if err := fn(a.DB()); err != nil {
+			t.Fatalf("apptest: %v", err)
+		}
 	}
 	return a, logs, env["DATABASE_URL"]
 }
