@@ -212,7 +212,9 @@ func TestALateDeclineIsASecondFailedEvent(t *testing.T) {
 // key's creation, before it trusts a "not found".
 func TestStalenessCountsFromTheLastAttempt(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t)
+	// Stale only once aged: "seconds old" must not pass 5 s of a loaded
+	// machine's wall clock.
+	g := apptest.Start(t, apptest.Env("SWEEP_STALE_AFTER", "10m"))
 	m := g.Onboard(nil)
 	require.Equal(t, http.StatusAccepted, g.Pay(m, "old", body("sim_late")).StatusCode)
 	ageKeys(t, g, time.Hour) // the key is an hour old
@@ -235,7 +237,10 @@ func TestSkewedInstancesAgreeOnLeases(t *testing.T) {
 	// database's): whatever either computed from its own clock — stamps,
 	// a lease, an age — would be a minute off too.
 	unsynced := apptest.Env("CLOCK_SYNC", "false")
-	ahead := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "60s"), unsynced)
+	// Its SWEEP_STALE_AFTER is under its skew, so a staleness read off
+	// its own clock would show, and long enough for a loaded machine.
+	ahead := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "60s"), unsynced,
+		apptest.Env("SWEEP_STALE_AFTER", "30s"))
 	behind := apptest.Start(t, apptest.Env("DATABASE_URL", a.DBURL), apptest.Env("CLOCK_SKEW", "-60s"), unsynced)
 	dbNow, err := dbclock.Read(a.App.DB())
 	require.NoError(t, err)

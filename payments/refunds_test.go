@@ -241,7 +241,7 @@ func refundContract(t *testing.T, g *apptest.Gateway) {
 // too, once the provider settles it.
 func TestSweeperSettlesRefunds(t *testing.T) {
 	t.Parallel()
-	g := apptest.Start(t)
+	g := apptest.Start(t, apptest.Env("SWEEP_STALE_AFTER", "10m")) // stale only once aged
 	m := g.Onboard(nil)
 	id := paid(t, g, m, "p", 5000)
 	lost := refundOf(g, m, id, "r-lost", map[string]any{"amount": 1000, "reason": "sim_timeout"})
