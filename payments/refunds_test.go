@@ -338,7 +338,8 @@ func TestRefundOfTheRestTakesWhatIsLeftAfterARace(t *testing.T) {
 	id := paid(t, g, m, "p", 5000)
 	ctx := context.Background()
 	// Another refund's reservation, not yet committed: the request below
-	// reads 5000 left, then waits on the row for its own reservation.
+	// waits on the row to read what is left, and reads 4000 once it
+	// commits.
 	other, err := pgx.Connect(ctx, g.DBURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
@@ -359,7 +360,7 @@ func TestRefundOfTheRestTakesWhatIsLeftAfterARace(t *testing.T) {
 		default:
 		}
 		return err == nil && waiting > 0
-	}, time.Second, 5*time.Millisecond, "the refund waits on the payment's row (lock_timeout is 2 s)")
+	}, 10*time.Second, 5*time.Millisecond, "the refund waits on the payment's row (lock_timeout is 2 s once it does)")
 	require.NoError(t, tx.Commit(ctx))
 
 	r := <-answer
