@@ -223,10 +223,16 @@ func TestDatabaseCostPerPayment(t *testing.T) {
 	require.NotNil(t, p)
 	const crowd = 16
 	busy := make(chan error, database.DefaultPipelineConns)
+	idle := p.Stats()
 	for range database.DefaultPipelineConns {
-		go func() { busy <- pipeline.Session(db, context.Background()).Exec(`SELECT pg_sleep(0.5)`).Error }()
+		go func() { busy <- pipeline.Session(db, context.Background()).Exec(`SELECT pg_sleep(2)`).Error }()
 	}
-	time.Sleep(100 * time.Millisecond) // both connections are asleep
+	// Both connections are asleep once both sleeps are sent (counted),
+	// for long enough that a loaded machine's stall does not wake them
+	// before the crowd arrives.
+	require.Eventually(t, func() bool {
+		return p.Stats().Statements-idle.Statements >= database.DefaultPipelineConns
+	}, 5*time.Second, time.Millisecond)
 	from := p.Stats()
 	var wg sync.WaitGroup
 	for i := range crowd {

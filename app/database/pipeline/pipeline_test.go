@@ -487,7 +487,9 @@ func TestConnectionsAreReplacedWhenOld(t *testing.T) {
 	t.Parallel()
 	cfg, err := pgx.ParseConfig(dbtest.PostgresURL(t))
 	require.NoError(t, err)
-	p := pipeline.New(cfg, pipeline.Options{Conns: 1, MaxLifetime: 200 * time.Millisecond})
+	// A lifetime a loaded machine's stall between two queries cannot
+	// outlast.
+	p := pipeline.New(cfg, pipeline.Options{Conns: 1, MaxLifetime: 2 * time.Second})
 	t.Cleanup(p.Close)
 	pid := func() (n int) {
 		require.NoError(t, p.DB().QueryRow(`SELECT pg_backend_pid()`).Scan(&n))
@@ -495,7 +497,7 @@ func TestConnectionsAreReplacedWhenOld(t *testing.T) {
 	}
 	first := pid()
 	require.Equal(t, first, pid(), "young: kept")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	require.NotEqual(t, first, pid(), "old: replaced")
 }
 
