@@ -406,7 +406,12 @@ func TestResponsesMatchSpec(t *testing.T) {
 	key = uuid.NewString()
 	done := make(chan apptest.Response, 1)
 	go func() { done <- g.Pay(m, key, payment("sim_success")) }()
-	time.Sleep(300 * time.Millisecond) // the first request holds the key, waiting on the provider
+	// The first request holds the key once its payment is in the ledger,
+	// waiting on the provider for the second.
+	require.Eventually(t, func() bool {
+		_, err := g.App.Payments.Store().GetByKey(context.Background(), nil, m.ID, key)
+		return err == nil
+	}, 5*time.Second, 2*time.Millisecond)
 	conflict := pay(key, payment("sim_success"), true)
 	require.Equal(t, http.StatusConflict, conflict.StatusCode, "%s", conflict.Body)
 	require.Equal(t, "idempotency_key_in_use", conflict.Code(t))
